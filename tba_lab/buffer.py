@@ -1,0 +1,354 @@
+"""Replay buffer for asynchronous off-policy RL post-training (TBA, arXiv 2503.18929).
+
+Implements the replay buffer of DESIGN.md section 2: searchers push scored rollouts, the trainer
+samples groups of K responses per prompt from it.
+
+Storage
+    One deque per prompt, oldest item at the left, newest at the right, at most
+    ``capacity_per_prompt`` items (adding past capacity drops the OLDEST). Items are
+    de-duplicated by token sequence within a prompt: when a response arrives whose
+    ``response_ids`` are already stored for that prompt, the old copy is removed and the new one
+    is appended at the newest end (newest copy wins: its reward, log-probs and version are the
+    freshest). Every prompt that receives an item is marked "refreshed"; ``mark_sync()`` (called
+    by the trainer when it publishes new weights) clears that mark.
+
+Sampling (``sample(num_prompts=B, group_size=K)``, returns B*K rollouts, prompt-major)
+    For each of the B prompt slots, with probability m = ``recency_prob``:
+      * recency mode: a prompt chosen uniformly among those refreshed since the last sync; its K
+        NEWEST items.
+    otherwise (or when no prompt was refreshed since the last sync):
+      * reward mode: a prompt chosen uniformly among all prompts; K of its items drawn WITHOUT
+        replacement with probabilities softmax(inv_temp * reward) (inv_temp = 0 -> uniform).
+        Without-replacement draws are successive: draw one item from the softmax, remove it,
+        renormalise over the rest, draw the next.
+    Rows i*K .. i*K+K-1 all belong to slot i (prompt-major), the layout every loss in the kit
+    reshapes as (B, K).
+
+Choices and simplifications (say so if you change them):
+  * Prompts in one batch are distinct while enough prompts exist: a slot never picks a prompt
+    already used in the batch. If a recency slot finds every refreshed prompt already used, it
+    falls back to reward mode over the unused prompts (rather than repeating a prompt, which
+    would give duplicate rows). Once every prompt has been used, the "used" set is cleared and
+    prompts may repeat (each appears once per round).
+  * A prompt with fewer than K items (n < K) contributes ALL n items once, and the remaining
+    K - n rows are drawn WITH replacement (softmax(inv_temp * reward) in reward mode, uniform in
+    recency mode). This is the only case where an item appears twice in a group.
+  * ``inv_temp`` multiplies the RAW reward (the buffer never sees beta).
+  * The "initial fill before training" is the caller's job: ``sample`` on an empty buffer
+    raises ``ValueError``; the trainer waits until enough prompts are stored.
+  * ``sample`` returns the stored ``Rollout`` objects themselves, not copies: do not mutate them.
+  * ``last_modes`` (an attribute, not part of the trainer API) records "recency" / "reward"
+    for each slot of the most recent ``sample`` call, for plots and tests.
+  * Checkpoints are plain Python containers written with ``torch.save`` and read with
+    ``torch.load(weights_only=True)``, so loading a checkpoint never runs arbitrary code.
+
+Run the tests with ``python -m pytest -q tests/test_buffer.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import tempfile
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+_STATE_FORMAT = 1  # bump when state_dict's layout changes
+
+
+@dataclass
+class Rollout:
+    """One response to one prompt, as a searcher produced it."""
+
+    prompt_id: int  # index of the prompt in the task's train split
+    prompt_ids: list[int]  # prompt token ids (no padding)
+    response_ids: list[int]  # response token ids incl. the terminating EOS if the model emitted it
+    reward: float  # raw reward r(x, y) (NOT divided by beta; the trainer does that)
+    ref_token_logps: list[float]  # per-token log pi_ref of the response, len == len(response_ids)
+    old_token_logps: list[float]  # per-token log-probs under the behaviour (generating) policy
+    version: int  # policy version that generated it
+    created: float = 0.0  # time.time() when generated (seconds)
+
+
+def _check_rollout(r: Rollout) -> None:
+    """Raise ValueError if a rollout would corrupt sampling or the losses downstream."""
+    if not math.isfinite(float(r.reward)):
+        raise ValueError(
+            f"rollout for prompt {r.prompt_id} has non-finite reward {r.reward!r}; "
+            "fix the reward function (it must return a finite float) before pushing to the buffer"
+        )
+    n = len(r.response_ids)
+    if len(r.ref_token_logps) != n or len(r.old_token_logps) != n:
+        raise ValueError(
+            f"rollout for prompt {r.prompt_id}: len(response_ids)={n} but "
+            f"len(ref_token_logps)={len(r.ref_token_logps)}, "
+            f"len(old_token_logps)={len(r.old_token_logps)}; score exactly the response tokens "
+            "(one log-prob per response token, prompt excluded)"
+        )
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    """Numerically stable softmax of a 1-D float array."""
+    z = x - x.max()
+    e = np.exp(z)
+    return e / e.sum()
+
+
+class ReplayBuffer:
+    """Per-prompt replay buffer with recency / reward-prioritised sampling (DESIGN.md section 2).
+
+    Args:
+        capacity_per_prompt (int, >= 1): items kept per prompt; the oldest is dropped beyond it.
+        recency_prob (float, in [0, 1]): probability m that a prompt slot uses recency mode.
+        inv_temp (float, >= 0): reward prioritisation; items of a prompt are drawn with
+            probabilities softmax(inv_temp * reward). 0 gives uniform draws.
+        seed (int): seed of the buffer's own numpy Generator; same seed and same adds give the
+            same samples.
+
+    Raises:
+        ValueError: if an argument is out of range (the message names the field and the fix).
+    """
+
+    def __init__(
+        self,
+        capacity_per_prompt: int = 64,
+        recency_prob: float = 0.5,
+        inv_temp: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        if isinstance(capacity_per_prompt, bool) \
+                or not isinstance(capacity_per_prompt, numbers.Integral) or capacity_per_prompt < 1:
+            raise ValueError(
+                f"capacity_per_prompt must be an int >= 1 (got {capacity_per_prompt!r}); set it "
+                "to how many responses to keep per prompt, at least the group size K (default 64)"
+            )
+        if not isinstance(recency_prob, numbers.Real) or not (0.0 <= recency_prob <= 1.0):
+            raise ValueError(
+                f"recency_prob must be in [0, 1] (got {recency_prob!r}); it is the probability m "
+                "of drawing a prompt refreshed since the last sync (0 = reward mode only)"
+            )
+        if not isinstance(inv_temp, numbers.Real) or not (0.0 <= inv_temp < math.inf):
+            raise ValueError(
+                f"inv_temp must be a finite number >= 0 (got {inv_temp!r}); use 0 for uniform "
+                "sampling within a prompt, larger values to favour high-reward responses"
+            )
+        self.capacity_per_prompt = int(capacity_per_prompt)
+        self.recency_prob = float(recency_prob)
+        self.inv_temp = float(inv_temp)
+        self.seed = int(seed)
+        self._rng = np.random.default_rng(self.seed)
+        # prompt_id -> deque of Rollout, oldest left; dict keeps first-seen order (deterministic)
+        self._items: dict[int, deque[Rollout]] = {}
+        # prompts refreshed since the last sync; a dict used as an insertion-ordered set
+        self._refreshed: dict[int, None] = {}
+        self.last_modes: list[str] = []
+
+    # ------------------------------------------------------------------ adding
+    def add(self, rollouts: Sequence[Rollout]) -> int:
+        """Store rollouts; return how many were NEW token sequences for their prompt.
+
+        A rollout whose ``response_ids`` are already stored for its prompt (or appear earlier
+        in the same call) replaces the old copy and is not counted. Every prompt that receives
+        a rollout is marked refreshed since the last sync.
+
+        Args:
+            rollouts (list[Rollout]): items from a searcher, any order, any prompts.
+
+        Returns:
+            int: number of rollouts that added a new (prompt, response) pair.
+
+        Raises:
+            ValueError: non-finite reward, or log-prob lists whose length differs from the
+                response's (nothing from the call is stored in that case).
+        """
+        for r in rollouts:  # validate everything first so a bad batch leaves no partial state
+            _check_rollout(r)
+        added = 0
+        for r in rollouts:
+            dq = self._items.setdefault(r.prompt_id, deque())
+            key = tuple(r.response_ids)
+            for i, old in enumerate(dq):  # O(capacity): fine for tens to hundreds of items
+                if tuple(old.response_ids) == key:
+                    del dq[i]  # newest copy wins: drop the old one, append the new one below
+                    break
+            else:
+                added += 1
+            dq.append(r)
+            while len(dq) > self.capacity_per_prompt:
+                dq.popleft()  # drop the OLDEST
+            self._refreshed[r.prompt_id] = None
+        return added
+
+    def mark_sync(self) -> None:
+        """Forget which prompts were refreshed; call when the trainer publishes new weights."""
+        self._refreshed.clear()
+
+    # ---------------------------------------------------------------- sampling
+    def sample(self, num_prompts: int, group_size: int) -> list[Rollout]:
+        """Draw a batch of ``num_prompts`` groups of ``group_size`` responses.
+
+        Args:
+            num_prompts (int, >= 1): B, prompts (groups) in the batch.
+            group_size (int, >= 1): K, responses per prompt.
+
+        Returns:
+            list[Rollout] of length B*K in prompt-major order: rows i*K .. i*K+K-1 share one
+            prompt_id (reshape per-row tensors as (B, K)).
+
+        Raises:
+            ValueError: if the buffer is empty or num_prompts / group_size < 1.
+        """
+        if num_prompts < 1:
+            raise ValueError(f"num_prompts must be >= 1 (got {num_prompts!r})")
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1 (got {group_size!r})")
+        if not self._items:
+            raise ValueError(
+                "cannot sample from an empty replay buffer; wait for the initial fill "
+                "(searchers must add rollouts before the trainer samples)"
+            )
+        prompts = list(self._items)
+        used: set[int] = set()
+        out: list[Rollout] = []
+        self.last_modes = []
+        for _ in range(num_prompts):
+            if len(used) == len(prompts):
+                used.clear()  # every prompt used once: start a new round, repeats allowed
+            coin = self._rng.random() < self.recency_prob
+            fresh = [p for p in self._refreshed if p not in used]
+            if coin and fresh:
+                pid = fresh[self._rng.integers(len(fresh))]
+                out.extend(self._newest(pid, group_size))
+                self.last_modes.append("recency")
+            else:
+                pool = [p for p in prompts if p not in used]
+                pid = pool[self._rng.integers(len(pool))]
+                out.extend(self._by_reward(pid, group_size))
+                self.last_modes.append("reward")
+            used.add(pid)
+        return out
+
+    def _newest(self, pid: int, k: int) -> list[Rollout]:
+        """Recency mode: the k newest items of prompt ``pid`` (oldest first)."""
+        items = list(self._items[pid])
+        if len(items) >= k:
+            return items[-k:]
+        extra = self._rng.integers(len(items), size=k - len(items))  # with replacement, uniform
+        return items + [items[i] for i in extra]
+
+    def _by_reward(self, pid: int, k: int) -> list[Rollout]:
+        """Reward mode: k items of ``pid`` drawn w/o replacement from softmax(inv_temp * r)."""
+        items = list(self._items[pid])
+        n = len(items)
+        p = _softmax(self.inv_temp * np.array([it.reward for it in items], dtype=np.float64))
+        if n <= k:
+            # every item once, then fill the remaining k - n rows with replacement
+            idx = list(range(n)) + list(self._rng.choice(n, size=k - n, p=p))
+            return [items[i] for i in idx]
+        idx = []
+        w = p.copy()
+        for _ in range(k):  # successive sampling: draw, remove, renormalise
+            i = int(self._rng.choice(n, p=w / w.sum()))
+            idx.append(i)
+            w[i] = 0.0
+        return [items[i] for i in idx]
+
+    # ------------------------------------------------------------ inspection
+    def num_prompts(self) -> int:
+        """Number of distinct prompts stored."""
+        return len(self._items)
+
+    def __len__(self) -> int:
+        """Total number of stored items over all prompts."""
+        return sum(len(dq) for dq in self._items.values())
+
+    def items(self, prompt_id: int) -> list[Rollout]:
+        """The stored items of one prompt, oldest first (a copy of the list; KeyError if unseen)."""
+        return list(self._items[prompt_id])
+
+    def refreshed(self) -> list[int]:
+        """Prompt ids refreshed since the last sync, in first-refreshed order."""
+        return list(self._refreshed)
+
+    @staticmethod
+    def staleness(rollouts: Sequence[Rollout], current_version: int) -> list[int]:
+        """Policy lag of each rollout: ``current_version - r.version`` (list[int], one per item)."""
+        return [int(current_version) - int(r.version) for r in rollouts]
+
+    # ---------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume sampling exactly: config, items, refreshed set, rng state.
+
+        Only plain Python containers (loadable with ``torch.load(weights_only=True)``).
+        """
+        return {
+            "format": _STATE_FORMAT,
+            "config": {
+                "capacity_per_prompt": self.capacity_per_prompt,
+                "recency_prob": self.recency_prob,
+                "inv_temp": self.inv_temp,
+                "seed": self.seed,
+            },
+            "items": [[pid, [asdict(r) for r in dq]] for pid, dq in self._items.items()],
+            "refreshed": list(self._refreshed),
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        """Restore from ``state_dict()``; replaces config, items, refreshed set and rng state.
+
+        Raises:
+            ValueError: if ``d`` is not a replay-buffer state of a known format.
+        """
+        if not isinstance(d, dict) or d.get("format") != _STATE_FORMAT:
+            raise ValueError(
+                f"not a ReplayBuffer state of format {_STATE_FORMAT} "
+                f"(got format {d.get('format') if isinstance(d, dict) else type(d).__name__!r}); "
+                "pass the dict returned by ReplayBuffer.state_dict()"
+            )
+        fresh = ReplayBuffer(**d["config"])  # re-validates the config
+        self.capacity_per_prompt = fresh.capacity_per_prompt
+        self.recency_prob = fresh.recency_prob
+        self.inv_temp = fresh.inv_temp
+        self.seed = fresh.seed
+        self._items = {
+            int(pid): deque(Rollout(**r) for r in rows) for pid, rows in d["items"]
+        }
+        self._refreshed = {int(p): None for p in d["refreshed"]}
+        self._rng = np.random.default_rng()
+        self._rng.bit_generator.state = d["rng"]
+        self.last_modes = []
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``state_dict()`` to ``path`` atomically.
+
+        The state goes to a temporary file in the same directory, is fsynced, then moved over
+        ``path`` with ``os.replace``; a crash mid-write leaves any previous file intact.
+        """
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(self.state_dict(), f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "ReplayBuffer":
+        """Read a buffer written by ``save`` (safe load: ``torch.load(weights_only=True)``)."""
+        d = torch.load(os.fspath(path), weights_only=True)
+        buf = cls()
+        buf.load_state_dict(d)
+        return buf

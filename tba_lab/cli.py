@@ -1,0 +1,108 @@
+"""Command line: ``tba-lab {train,sft,eval}`` (also ``python -m tba_lab ...``).
+
+* ``tba-lab train``: asynchronous TBA (default) or GRPO, sync or async, on the embedded model.
+* ``tba-lab sft``: rebuild the embedded task and tiny model under ``data/`` from a seed.
+* ``tba-lab eval``: greedy held-out accuracy of a saved policy.
+
+Command-line flags override the YAML file given with ``--config``, which overrides the defaults
+of :mod:`tba_lab.config`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _train(args) -> int:
+    from tba_lab.config import ConfigError, from_dict, load_yaml, validate
+    from tba_lab.trainer import train
+
+    try:
+        cfg = load_yaml(args.config) if args.config else from_dict({})
+        for flag, (section, name) in {
+                "output_dir": (None, "output_dir"), "max_minutes": (None, "max_minutes"),
+                "seed": (None, "seed"), "algo": (None, "algo"), "mode": ("async_", "mode"),
+                "num_searchers": ("async_", "num_searchers"), "sync_period": ("async_", "sync_period"),
+                "max_steps": ("training", "max_steps"), "model": ("model", "path")}.items():
+            value = getattr(args, flag)
+            if value is not None:
+                setattr(getattr(cfg, section) if section else cfg, name, value)
+        validate(cfg)
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"tba-lab train: {e}", file=sys.stderr)
+        return 2
+    try:
+        s = train(cfg, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: policy, buffer, metrics and summary so far saved in {cfg.output_dir}",
+              file=sys.stderr)
+        return 130
+    print(f"{s['algo']}/{s['mode']}: held-out accuracy {100 * s['accuracy_before']:.1f}% -> "
+          f"{100 * s['accuracy_after']:.1f}% in {s['trainer_steps']} updates, {s['wall_seconds']:.0f} s "
+          f"({s['samples_generated']} samples, staleness mean {s['staleness_mean'] or 0:.2f} max "
+          f"{s['staleness_max'] or 0}); outputs in {cfg.output_dir}")
+    return 0
+
+
+def _sft(args) -> int:
+    from tba_lab.models import sft
+
+    kwargs = {k: v for k, v in dict(output_dir=args.output_dir, task_dir=args.task_dir,
+                                    steps=args.steps, seed=args.seed).items() if v is not None}
+    print(json.dumps(sft(**kwargs), indent=2))
+    return 0
+
+
+def _eval(args) -> int:
+    from tba_lab.eval import greedy_accuracy
+    from tba_lab.models import DEFAULT_TASK_DIR, load_policy
+    from tba_lab.tasks.gsm8k import read_jsonl
+
+    model, tokenizer = load_policy(args.model)
+    problems = read_jsonl(args.data or DEFAULT_TASK_DIR / "test.jsonl")[:args.n]
+    print(json.dumps({"model": args.model, "n": len(problems),
+                      "accuracy": greedy_accuracy(model, tokenizer, problems)}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tba-lab", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="RL post-training (async TBA by default)")
+    t.add_argument("--config", help="YAML file with RunConfig fields (see tba_lab/config.py)")
+    t.add_argument("--output-dir", help="where outputs go (default runs/default)")
+    t.add_argument("--max-minutes", type=float, help="training wall-clock budget (default 8)")
+    t.add_argument("--max-steps", type=int, help="stop after this many trainer updates")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--algo", choices=["tb", "grpo"])
+    t.add_argument("--mode", choices=["async", "sync"])
+    t.add_argument("--num-searchers", type=int)
+    t.add_argument("--sync-period", type=int, help="k: publish weights every k updates")
+    t.add_argument("--model", help="starting policy folder (default: the embedded tiny model)")
+    t.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    t.set_defaults(func=_train)
+    s = sub.add_parser("sft", help="rebuild the embedded task and tiny model from a seed")
+    s.add_argument("--output-dir", help="model folder (default data/tiny-llama)")
+    s.add_argument("--task-dir", help="task folder (default data/arithmetic)")
+    s.add_argument("--steps", type=int)
+    s.add_argument("--seed", type=int)
+    s.set_defaults(func=_sft)
+    e = sub.add_parser("eval", help="greedy held-out accuracy of a saved policy")
+    e.add_argument("--model", default=None, help="policy folder (default: the embedded model)")
+    e.add_argument("--data", help="GSM8K-format JSONL (default data/arithmetic/test.jsonl)")
+    e.add_argument("-n", type=int, default=500, help="number of problems")
+    e.set_defaults(func=_eval)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "model", "") is None and args.command == "eval":
+        from tba_lab.models import DEFAULT_MODEL_DIR
+        args.model = str(DEFAULT_MODEL_DIR)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

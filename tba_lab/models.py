@@ -1,0 +1,196 @@
+"""The embedded tiny model: tokenizer, model, supervised fine-tuning (SFT), loading and saving.
+
+The kit cannot download from a hub, so it ships its own starting checkpoint: a ~1M parameter
+Llama-architecture causal LM (``transformers.LlamaForCausalLM``) with a word-level tokenizer
+built in code (``tokenizers`` WordLevel wrapped in ``PreTrainedTokenizerFast``), trained by
+``tba-lab sft`` on the synthetic arithmetic task (:mod:`tba_lab.tasks.arithmetic`) and saved with
+``save_pretrained`` under ``data/tiny-llama``. Any Hugging Face causal LM loads through the same
+:func:`load_policy` (``AutoModelForCausalLM.from_pretrained``), so a user with a real model and
+GSM8K changes only paths.
+
+Tokenizer: words and single digits, each with an optional leading space, a few punctuation
+runs, and newline; a ``Fuse`` decoder so ``decode(encode(text)) == text`` for task text.
+SFT: loss on answer tokens only, AdamW with cosine decay, a fixed number of steps so the result
+is reproducible from the seed (wall time varies by machine, accuracy does not).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from tba_lab.tasks import format_prompt
+from tba_lab.tasks.arithmetic import make_splits
+from tba_lab.tasks.gsm8k import write_jsonl
+
+PRETOKENIZE_PATTERN = r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\n"
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DEFAULT_MODEL_DIR = DATA_DIR / "tiny-llama"
+DEFAULT_TASK_DIR = DATA_DIR / "arithmetic"
+
+
+def build_tokenizer(texts: list[str]):
+    """A word-level ``PreTrainedTokenizerFast`` whose vocabulary covers ``texts``.
+
+    Args:
+        texts: strings whose pre-tokens (see ``PRETOKENIZE_PATTERN``) make up the vocabulary;
+            all digits, with and without a leading space, are always included.
+    Returns:
+        ``PreTrainedTokenizerFast`` with ``<pad>``, ``<bos>``, ``<eos>``, ``<unk>`` (ids 0-3),
+        left padding (generation), and a Fuse decoder (exact round trip on covered text).
+    """
+    import re
+
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    pieces = set()
+    for text in texts:
+        pieces.update(re.findall(PRETOKENIZE_PATTERN, text))
+    pieces.update(str(d) for d in range(10))
+    pieces.update(f" {d}" for d in range(10))
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + sorted(pieces))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.post_processor = processors.TemplateProcessing(  # prompts start with <bos>
+        single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        unk_token="<unk>", padding_side="left", clean_up_tokenization_spaces=False)
+
+
+def build_model(tokenizer, hidden_size: int = 128, num_layers: int = 4, num_heads: int = 4,
+                intermediate_size: int = 512, seed: int = 0):
+    """A small ``LlamaForCausalLM`` (default ~1.06M parameters, 4 MB in float32, tied embeddings)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, num_key_value_heads=num_heads,
+        intermediate_size=intermediate_size, max_position_embeddings=256,
+        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = LlamaForCausalLM(config)
+    _plain_sampling(model)
+    return model
+
+
+def _plain_sampling(model) -> None:
+    """Set the special-token ids ``generate`` needs. Top-k/top-p are NOT set here: the
+    backend passes ``top_k=0, top_p=1.0`` on every sampling call (transformers defaults to
+    top_k=50), because the trainer's log-probs assume the full softmax(logits / T)."""
+    gc = model.generation_config
+    gc.pad_token_id = model.config.pad_token_id
+    gc.eos_token_id = model.config.eos_token_id
+    gc.bos_token_id = model.config.bos_token_id
+
+
+def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32):
+    """Load ``(model, tokenizer)`` from a local folder (or hub name) with the Auto classes.
+
+    Raises:
+        FileNotFoundError: a local-looking path that does not exist, with the fix
+            (``tba-lab sft`` rebuilds the embedded model).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(path)
+    if (str(path).startswith((".", "/")) or p.parent != Path(".")) and not p.exists():
+        raise FileNotFoundError(
+            f"model path {str(path)!r} does not exist; run `tba-lab sft` to rebuild the embedded "
+            f"model or set model.path to a Hugging Face model folder")
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    _plain_sampling(model)
+    return model, tokenizer
+
+
+def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
+        task_dir: str | os.PathLike = DEFAULT_TASK_DIR, seed: int = 0, steps: int = 500,
+        batch_size: int = 64, lr: float = 2e-3, num_threads: int = 2, eval_size: int = 500,
+        log_every: int = 100, eval_every: int = 0) -> dict:
+    """Build the task splits, the tokenizer and the model, train on answer tokens, save all.
+
+    Writes ``task_dir/{train,test}.jsonl`` and the model + tokenizer to ``output_dir``
+    (``save_pretrained``), plus ``output_dir/sft_summary.json``.
+
+    Returns:
+        dict with ``accuracy`` (greedy, first ``eval_size`` test problems, in [0, 1]),
+        ``steps``, ``wall_seconds``, ``num_parameters``.
+    """
+    from tba_lab.eval import greedy_accuracy
+
+    torch.set_num_threads(num_threads)
+    random.seed(seed)
+    train, test = make_splits(seed=seed)
+    task_dir, output_dir = Path(task_dir), Path(output_dir)
+    task_dir.mkdir(parents=True, exist_ok=True)
+    write_jsonl(train, task_dir / "train.jsonl")
+    write_jsonl(test, task_dir / "test.jsonl")
+
+    prompts = [format_prompt(r["question"]) for r in train]
+    targets = [" " + r["answer"] for r in train]
+    tokenizer = build_tokenizer(prompts + targets + [format_prompt(r["question"]) + " " + r["answer"]
+                                                     for r in test])
+    model = build_model(tokenizer, seed=seed)
+    n_params = sum(p.numel() for p in model.parameters())
+
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    enc_p = tokenizer(prompts)["input_ids"]  # <bos> + prompt, exactly as the searchers encode it
+    enc_t = tokenizer(targets, add_special_tokens=False)["input_ids"]
+    examples = [(p, t + [eos]) for p, t in zip(enc_p, enc_t)]
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    t0 = time.time()
+    for step in range(steps):
+        idx = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
+        batch = [examples[i] for i in idx]
+        length = max(len(p) + len(t) for p, t in batch)
+        ids = torch.full((batch_size, length), pad, dtype=torch.long)
+        labels = torch.full((batch_size, length), -100, dtype=torch.long)
+        attn = torch.zeros((batch_size, length), dtype=torch.long)
+        for row, (p, t) in enumerate(batch):  # right padding for training
+            seq = p + t
+            ids[row, :len(seq)] = torch.tensor(seq)
+            labels[row, len(p):len(seq)] = torch.tensor(t)  # loss on answer tokens only
+            attn[row, :len(seq)] = 1
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if log_every and (step % log_every == 0 or step == steps - 1):
+            print(f"sft step {step:5d}  loss {loss.item():.4f}  {time.time() - t0:6.1f}s", flush=True)
+        if eval_every and step and step % eval_every == 0:
+            print(f"sft step {step:5d}  greedy accuracy (200 test problems) "
+                  f"{greedy_accuracy(model, tokenizer, test[:200]):.3f}", flush=True)
+            model.train()
+    model.eval()
+    wall = time.time() - t0
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir)  # save first: evaluation must never lose the checkpoint
+    tokenizer.save_pretrained(output_dir)
+    acc = greedy_accuracy(model, tokenizer, test[:eval_size])
+    summary = {"accuracy": acc, "steps": steps, "wall_seconds": round(wall, 1),
+               "num_parameters": n_params, "seed": seed, "batch_size": batch_size, "lr": lr}
+    (output_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

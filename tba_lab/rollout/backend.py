@@ -1,0 +1,95 @@
+"""Generation backends: turn prompt token ids into K sampled responses per prompt.
+
+:class:`GenerationBackend` is the seam for faster engines (a vLLM backend, imported lazily, is
+the planned second implementation); :class:`TransformersBackend` uses ``model.generate``.
+
+Responses are returned as token-id lists cut right after the first EOS (the EOS is kept, so a
+tokenizer whose pad token equals its EOS token still has its terminating EOS inside the
+response mask). A response that hit ``max_new_tokens`` has no EOS.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class Generations:
+    """Output of one ``generate`` call, prompt-major (rows i*K..i*K+K-1 answer prompt i).
+
+    responses: token ids per row, cut after the first EOS (kept).
+    token_logps: per-token log-probs of each response under the SAMPLER's distribution
+        (softmax(logits / temperature)), same lengths as ``responses``; these are the behaviour
+        log-probs an importance ratio needs. Empty lists for greedy decoding.
+    """
+    responses: list[list[int]]
+    token_logps: list[list[float]]
+
+
+class GenerationBackend(Protocol):
+    """What a searcher needs from a generation engine."""
+
+    def generate(self, prompts: list[list[int]], num_generations: int, temperature: float,
+                 max_new_tokens: int) -> Generations:
+        """``len(prompts) * num_generations`` responses, prompt-major (rows i*K..i*K+K-1 answer
+        prompt i); ``temperature == 0`` means greedy decoding."""
+        ...
+
+
+def cut_at_eos(tokens: list[int], eos_id: int) -> list[int]:
+    """``tokens`` up to and including the first ``eos_id`` (all of them if there is none)."""
+    try:
+        return tokens[: tokens.index(eos_id) + 1]
+    except ValueError:
+        return tokens
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists to ``(N, P)`` ``input_ids`` and ``attention_mask`` (int64)."""
+    if not prompts:
+        raise ValueError("prompts is empty: give at least one prompt")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} has no tokens")
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+class TransformersBackend:
+    """Sampling with ``transformers`` ``generate`` (no top-k / top-p truncation).
+
+    Args:
+        model: a causal LM (``PreTrainedModel``) in eval mode; updated in place by weight syncs.
+        tokenizer: its tokenizer; ``pad_token_id`` and ``eos_token_id`` must be set.
+    """
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+        self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
+        if self.pad_id is None or self.eos_id is None:
+            raise ValueError("tokenizer needs pad_token_id and eos_token_id set")
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], num_generations: int = 1,
+                 temperature: float = 1.0, max_new_tokens: int = 48) -> Generations:
+        ids, mask = left_pad(prompts, self.pad_id)
+        greedy = temperature == 0
+        sampling = {} if greedy else dict(temperature=temperature, top_k=0, top_p=1.0)
+        out = self.model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+            do_sample=not greedy, num_return_sequences=num_generations, pad_token_id=self.pad_id,
+            eos_token_id=self.eos_id, return_dict_in_generate=True, output_logits=not greedy,
+            **sampling)
+        new = out.sequences[:, ids.shape[1]:]  # (N*K, S) with S <= max_new_tokens, prompt-major
+        responses = [cut_at_eos(row, self.eos_id) for row in new.tolist()]
+        if greedy:
+            return Generations(responses, [[] for _ in responses])
+        logits = torch.stack(out.logits, dim=1).float() / temperature  # (N*K, S, V) raw logits
+        logps = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (N*K, S)
+        return Generations(responses, [row[:len(r)] for row, r in zip(logps.tolist(), responses)])

@@ -1,0 +1,98 @@
+"""A seeded generator of GSM8K-format arithmetic word problems (the kit's embedded task).
+
+Each problem is a dict ``{"question": str, "answer": str}`` exactly like a row of GSM8K
+(Cobbe et al. 2021): the answer is a short worked solution that ends with ``#### N``.
+Problems take two steps (for example ``a * b`` then ``- c``) with small integers, so a ~1M
+parameter model can learn the format quickly but makes arithmetic slips that RL can fix.
+
+Departures from GSM8K: a fixed set of templates and a closed vocabulary (so the kit's word-level
+tokenizer covers every word), integer answers only, no calculator annotations (``<<a*b=c>>``).
+
+Run ``python -m tba_lab.tasks.arithmetic`` to print a few problems.
+"""
+from __future__ import annotations
+
+import random
+
+NAMES = ["Tom", "Ana", "Ben", "Mia", "Sam", "Lily", "Omar", "Zoe", "Leo", "Eva", "Raj", "Kim"]
+PRONOUN = {"Tom": "He", "Ben": "He", "Sam": "He", "Omar": "He", "Leo": "He", "Raj": "He",
+           "Ana": "She", "Mia": "She", "Lily": "She", "Zoe": "She", "Eva": "She", "Kim": "She"}
+ITEMS = ["apples", "pens", "cookies", "books", "stickers", "marbles", "cards", "shells"]
+
+
+def _add_sub(rng: random.Random) -> tuple[str, str, int]:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    c = rng.randint(1, a + b - 1)
+    s, r = a + b, a + b - c
+    q = (f"{name} has {a} {item}. {PRONOUN[name]} buys {b} more. Then {PRONOUN[name].lower()} "
+         f"gives away {c}. How many {item} does {name} have now?")
+    return q, f"{a} + {b} = {s}. {s} - {c} = {r}.", r
+
+
+def _mul_sub(rng: random.Random) -> tuple[str, str, int]:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    a, b = rng.randint(2, 12), rng.randint(3, 15)
+    p = a * b
+    c = rng.randint(1, p - 1)
+    q = (f"{name} buys {a} boxes of {item}. Each box has {b} {item}. {PRONOUN[name]} gives "
+         f"away {c} of them. How many {item} are left?")
+    return q, f"{a} * {b} = {p}. {p} - {c} = {p - c}.", p - c
+
+
+def _div_add(rng: random.Random) -> tuple[str, str, int]:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    b, quo = rng.randint(2, 9), rng.randint(2, 12)
+    a, c = b * quo, rng.randint(1, 30)
+    q = (f"{name} has {a} {item} and shares them equally among {b} friends. Each friend then "
+         f"finds {c} more. How many {item} does each friend have?")
+    return q, f"{a} / {b} = {quo}. {quo} + {c} = {quo + c}.", quo + c
+
+
+def _change(rng: random.Random) -> tuple[str, str, int]:
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    a, b = rng.randint(2, 12), rng.randint(2, 9)
+    p = a * b
+    c = rng.choice([x for x in (20, 50, 100, 200) if x > p])
+    q = (f"A shop sells {item} for {a} dollars each. {name} buys {b} {item} and pays with "
+         f"{c} dollars. How much change does {name} get?")
+    return q, f"{a} * {b} = {p}. {c} - {p} = {c - p}.", c - p
+
+
+TEMPLATES = [_add_sub, _mul_sub, _div_add, _change]
+
+
+def make_problem(rng: random.Random) -> dict:
+    """One problem ``{"question", "answer"}`` drawn with ``rng``; the answer ends in ``#### N``."""
+    question, steps, result = rng.choice(TEMPLATES)(rng)
+    return {"question": question, "answer": f"{steps}\n#### {result}"}
+
+
+def make_splits(seed: int = 0, num_train: int = 20000, num_test: int = 1000) -> tuple[list, list]:
+    """Deterministic train/test splits; test questions never appear in train.
+
+    Returns:
+        (train, test): lists of ``{"question", "answer"}`` dicts.
+    Raises:
+        ValueError: if ``num_train`` or ``num_test`` is not positive.
+    """
+    if num_train < 1 or num_test < 1:
+        raise ValueError(f"num_train={num_train} and num_test={num_test} must both be >= 1")
+    rng = random.Random(seed)
+    test, seen = [], set()
+    while len(test) < num_test:
+        p = make_problem(rng)
+        if p["question"] not in seen:
+            seen.add(p["question"])
+            test.append(p)
+    train = []
+    while len(train) < num_train:
+        p = make_problem(rng)
+        if p["question"] not in seen:
+            train.append(p)
+    return train, test
+
+
+if __name__ == "__main__":
+    for row in make_splits(seed=0, num_train=4, num_test=1)[0]:
+        print(row["question"], "\n", row["answer"], "\n", sep="")

@@ -1,0 +1,339 @@
+"""GSM8K-format math: answer extraction, exact-match reward and data loading.
+
+GSM8K rows look like ``{"question": str, "answer": str}`` where the ``answer``
+field is worked reasoning that ends with a line ``#### <number>``.  A policy's
+completion is scored by pulling one number out of it with
+:func:`extract_answer` and comparing it with the number in the gold answer
+(:func:`exact_match_reward`).
+
+Extraction rules (applied in order, first rule that applies wins):
+
+1. **Marker.**  If the text contains ``####``, the answer is the first number
+   after the *last* ``####``.  If nothing numeric follows that last marker the
+   result is ``None`` -- there is deliberately *no* fallback, because a
+   completion that commits to the GSM8K answer format and then writes no
+   number has not answered.
+2. **Phrase.**  Otherwise, if the text contains ``answer is`` or ``answer:``
+   (case-insensitive, so also ``The answer is``, ``Final Answer:``), the answer
+   is the first number after the *last* such phrase.  If nothing numeric
+   follows that last phrase, fall through to rule 3.
+3. **Last number.**  Otherwise, the last number anywhere in the text.
+
+What counts as a number: an optional minus sign (``-`` or Unicode ``−``)
+directly before the digits or the ``$``; an optional ``$`` (``"$5"``,
+``"$ 5"``, ``"-$5"``); digits, with optional thousands commas in groups of
+three (``1,234,567``); and an optional decimal part (``2.5``).  A following
+``%`` or sentence-final ``.`` is simply not part of the number, so ``"50%"``
+gives 50 and ``"is 1,234."`` gives 1234.  A minus right after a digit, or
+separated from the digits by a space, is read as subtraction, not a sign
+(``"5-3"`` and ``"10 - 5"`` never yield a negative).  Fractions, LaTeX
+(``\\frac{1}{2}``) and scientific notation are not interpreted; their digits
+are read as separate plain numbers.  A bare leading-point decimal (``.5``) is
+not read; write ``0.5``.
+
+Loading goes through Hugging Face ``datasets`` for local JSON/JSONL files,
+local dataset directories and hub names (the hub needs network).  ``datasets``
+is imported lazily so the extraction/reward functions stay import-light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = [
+    "extract_answer",
+    "exact_match_reward",
+    "gold_answer",
+    "load_gsm8k",
+    "write_jsonl",
+    "read_jsonl",
+]
+
+# Number: optional sign (not right after a digit/point: that is subtraction or
+# part of another number), optional "$", then thousands-grouped digits or a
+# plain run of digits, then an optional decimal part.
+_NUMBER_RE = re.compile(
+    r"""
+    (?<![\d.])                      # not inside / glued to a previous number
+    (?P<sign>[-\u2212])?            # ASCII hyphen-minus or Unicode minus
+    (?:\$\s*)?                      # optional dollar sign ("$5", "$ 5")
+    (?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)
+    (?P<frac>\.\d+)?
+    """,
+    re.VERBOSE,
+)
+_PHRASE_RE = re.compile(r"answer\s+is|answer\s*:", re.IGNORECASE)
+_MARKER = "####"
+
+_REQUIRED_FIELDS = ("question", "answer")
+_JSON_SUFFIXES = (".jsonl", ".json")
+
+
+def _to_float(match: re.Match[str]) -> float:
+    digits = match.group("int").replace(",", "") + (match.group("frac") or "")
+    value = float(digits)
+    return -value if match.group("sign") else value
+
+
+def _first_number(text: str) -> float | None:
+    match = _NUMBER_RE.search(text)
+    return _to_float(match) if match else None
+
+
+def _last_number(text: str) -> float | None:
+    last = None
+    for last in _NUMBER_RE.finditer(text):
+        pass
+    return _to_float(last) if last else None
+
+
+def extract_answer(text: str) -> float | None:
+    """Extract the final numeric answer from a GSM8K answer or a completion.
+
+    Args:
+        text: model completion or GSM8K ``answer`` field (``str``).
+
+    Returns:
+        ``float`` -- the answer chosen by the module's rules: first number
+        after the last ``####``; else first number after the last
+        ``answer is`` / ``answer:`` (case-insensitive); else the last number
+        in the text.  Thousands commas, ``$``, ``%`` and a trailing ``.`` are
+        ignored; negatives and decimals are supported.
+
+        ``None`` when the text holds no number, **and also** when the last
+        ``####`` is followed by no number (no fallback past a marker).
+
+    Raises:
+        TypeError: if ``text`` is not a ``str``.
+
+    Examples:
+        >>> extract_answer("48/2 = 24 clips ... #### 72")
+        72.0
+        >>> extract_answer("The answer is $1,234.")
+        1234.0
+        >>> extract_answer("#### (no idea)") is None
+        True
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"extract_answer expects str, got {type(text).__name__}")
+
+    marker_pos = text.rfind(_MARKER)
+    if marker_pos != -1:
+        return _first_number(text[marker_pos + len(_MARKER):])
+
+    phrase = None
+    for phrase in _PHRASE_RE.finditer(text):
+        pass
+    if phrase is not None:
+        value = _first_number(text[phrase.end():])
+        if value is not None:
+            return value
+
+    return _last_number(text)
+
+
+def exact_match_reward(completion: str, gold: str) -> float:
+    """Binary exact-match reward on extracted numbers.
+
+    Args:
+        completion: the policy's generated text (``str``).
+        gold: the gold answer, either the bare value (``"72"``, e.g. from
+            :func:`gold_answer`) or a full GSM8K ``answer`` field -- both are
+            run through :func:`extract_answer`.
+
+    Returns:
+        ``1.0`` if numbers can be extracted from both and
+        ``abs(pred - gold) < 1e-6``; otherwise ``0.0``.  In particular an
+        unparseable gold never pays, even when the completion is unparseable
+        too (``None == None`` is not a match).
+
+    Raises:
+        TypeError: if either argument is not a ``str``.
+    """
+    pred = extract_answer(completion)
+    target = extract_answer(gold)
+    if pred is None or target is None:
+        return 0.0
+    return 1.0 if abs(pred - target) < 1e-6 else 0.0
+
+
+def gold_answer(answer_field: str) -> str:
+    """Return the gold final answer string from a GSM8K ``answer`` field.
+
+    Args:
+        answer_field: GSM8K ``answer`` text, reasoning ending in ``#### 72``.
+
+    Returns:
+        ``str`` -- the text after the last ``####``, stripped (``"72"``).  If
+        there is no ``####`` the whole field is returned stripped, so the
+        function is idempotent (``gold_answer("72") == "72"``).  The result is
+        not validated as numeric; :func:`exact_match_reward` pays 0 for a gold
+        it cannot parse.
+
+    Raises:
+        TypeError: if ``answer_field`` is not a ``str``.
+    """
+    if not isinstance(answer_field, str):
+        raise TypeError(f"gold_answer expects str, got {type(answer_field).__name__}")
+    return answer_field.rpartition(_MARKER)[2].strip()
+
+
+def _looks_like_path(s: str) -> bool:
+    if s.startswith(("/", "./", "../", "~", ".\\", "..\\")):
+        return True
+    return ("/" in s or os.sep in s) and s.lower().endswith(_JSON_SUFFIXES)
+
+
+def _validate_rows(rows: list[dict[str, Any]], source: str) -> list[dict[str, str]]:
+    out = []
+    for i, row in enumerate(rows):
+        for field in _REQUIRED_FIELDS:
+            if row.get(field) is None:
+                raise ValueError(
+                    f"{source}: row {i} is missing required field {field!r} "
+                    f"(GSM8K rows need {list(_REQUIRED_FIELDS)}; row keys: {sorted(row)})"
+                )
+            if not isinstance(row[field], str):
+                raise ValueError(
+                    f"{source}: row {i} field {field!r} must be str, "
+                    f"got {type(row[field]).__name__}"
+                )
+        out.append({"question": row["question"], "answer": row["answer"]})
+    return out
+
+
+def load_gsm8k(
+    path_or_name: str = "openai/gsm8k",
+    split: str = "train",
+    config: str = "main",
+    limit: int | None = None,
+) -> list[dict]:
+    """Load GSM8K-format rows as a list of ``{"question": str, "answer": str}``.
+
+    Source resolution (``~`` is expanded):
+
+    * existing local **file** ending in ``.jsonl`` / ``.json``:
+      ``datasets.load_dataset("json", data_files=path, split="train")``
+      (a single file has one split; ``split`` and ``config`` are ignored);
+    * existing local **directory**: ``datasets.load_dataset(path, split=split)``
+      (``config`` ignored);
+    * anything else is a hub name:
+      ``datasets.load_dataset(path_or_name, config, split=split)`` -- needs
+      network (or a warm HF cache); hub errors propagate unchanged.
+
+    Extra columns are dropped.  ``limit`` keeps the first ``limit`` rows
+    (``None`` = all; larger than the data = all).
+
+    Args:
+        path_or_name: local file/directory path or hub dataset name.
+        split: split name for directories and hub datasets.
+        config: hub config name (GSM8K: ``"main"`` or ``"socratic"``).
+        limit: optional non-negative row cap.
+
+    Returns:
+        ``list[dict]`` of ``{"question": str, "answer": str}``.
+
+    Raises:
+        FileNotFoundError: ``path_or_name`` looks like a local path (contains
+            ``/`` and ends in ``.jsonl``/``.json``, or starts with ``/``,
+            ``./``, ``../`` or ``~``) but does not exist.
+        ValueError: an existing file without a ``.jsonl``/``.json`` suffix;
+            a negative ``limit``; a row missing ``question``/``answer`` (the
+            message names the field and row) or with a non-string value.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+
+    path = Path(path_or_name).expanduser()
+    import datasets  # lazy: heavy import
+
+    if path.is_file():
+        if not path.name.lower().endswith(_JSON_SUFFIXES):
+            raise ValueError(
+                f"{path}: unsupported file type; expected .jsonl or .json"
+            )
+        ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    elif path.is_dir():
+        ds = datasets.load_dataset(str(path), split=split)
+    elif _looks_like_path(path_or_name):
+        raise FileNotFoundError(
+            f"GSM8K data file not found: {path_or_name!r} (resolved to {path}). "
+            "Pass an existing .jsonl/.json file or directory, or a hub name "
+            "like 'openai/gsm8k'."
+        )
+    else:
+        ds = datasets.load_dataset(path_or_name, config, split=split)
+
+    missing = [f for f in _REQUIRED_FIELDS if f not in ds.column_names]
+    if missing:
+        raise ValueError(
+            f"{path_or_name}: rows lack required field {missing[0]!r} "
+            f"(columns: {ds.column_names}; GSM8K rows need {list(_REQUIRED_FIELDS)})"
+        )
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
+    return _validate_rows(ds.select_columns(list(_REQUIRED_FIELDS)).to_list(), path_or_name)
+
+
+def write_jsonl(rows: Iterable[dict], path: str | os.PathLike) -> int:
+    """Write ``rows`` to ``path`` as JSON Lines (UTF-8, one object a line).
+
+    Parent directories are created; an existing file is overwritten.
+
+    Args:
+        rows: iterable of JSON-serialisable ``dict``s.
+        path: destination file.
+
+    Returns:
+        ``int`` -- number of rows written.
+
+    Raises:
+        TypeError: a row is not JSON-serialisable.
+        OSError: the file cannot be written.
+    """
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a JSON Lines file without ``datasets`` (fast, no cache).
+
+    Blank lines are skipped.
+
+    Args:
+        path: a ``.jsonl`` file.
+
+    Returns:
+        ``list[dict]`` -- one dict per non-blank line, in file order.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: a line is not valid JSON or not a JSON object (message
+            gives the 1-based line number).
+    """
+    path = Path(path).expanduser()
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{lineno}: invalid JSON: {e.msg}") from e
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}"
+                )
+            rows.append(row)
+    return rows

@@ -1,0 +1,252 @@
+"""The trainer (learner): the whole training loop of asynchronous TBA in one place.
+
+What it does (Bartoldson et al., "Trajectory Balance with Asynchrony", arXiv 2503.18929, Sec. 3-4):
+
+    searchers --(rollouts tagged with policy version)--> queue --> replay buffer
+    trainer: sample B prompts x K responses from the buffer, one optimizer update on
+             the TB loss (Eq. 5) or GRPO, and every k updates publish weights to the searchers.
+
+* ``algo="tb"``: trajectory balance with the VarGrad log Z (Eq. 3-5). Rewards are stored raw and
+  divided by the CURRENT (annealed) beta here; reference log-probs come with each rollout.
+* ``algo="grpo"``: group-normalised advantages and the PPO-clipped ratio against the behaviour
+  log-probs the searcher's sampler recorded (Shao et al. 2024).
+* ``mode="async"``: the trainer never waits for generation once the buffer holds
+  ``buffer.initial_fill`` rollouts; data is up to about 2k-1 updates stale, and the measured
+  staleness (trainer updates minus the rollout's version) is logged per batch.
+* ``mode="sync"``: strict alternation with k = 1 through the same code: the searcher generates
+  one batch per published version and the trainer trains on exactly that batch (on-policy).
+
+Departures from the paper's setup, stated plainly: a single trainer process on CPU (no
+DeepSpeed/FSDP), exact-match reward only, the buffer's recency mode instead of the reference
+code's queue-per-searcher, greedy accuracy on a synthetic task as the evaluation.
+
+Outputs in ``output_dir``: ``metrics.jsonl`` (one object per update), ``eval.jsonl`` (held-out
+accuracy over time), ``summary.json``, ``config.yaml``, ``curves.png``, ``buffer.pt``, and the
+final policy (``save_pretrained``). Ctrl-C stops it within seconds, saving all of these so far.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import signal
+import time
+from pathlib import Path
+
+import torch
+
+from tba_lab.buffer import ReplayBuffer, Rollout
+from tba_lab.config import RunConfig
+from tba_lab.losses import (beta_schedule, group_advantages, grpo_loss, sequence_logprobs,
+                            trajectory_balance_loss)
+from tba_lab.rollout.scoring import response_logprobs
+
+
+def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r, dtype=torch.float32)
+    return out
+
+
+def current_beta(cfg: RunConfig, step: int) -> float:
+    """KL coefficient in force at trainer update ``step`` (TB: annealed; GRPO: constant)."""
+    if cfg.algo == "tb":
+        final = cfg.tb.beta if cfg.tb.beta_final is None else cfg.tb.beta_final
+        return beta_schedule(step, cfg.tb.beta, final, cfg.tb.beta_anneal_steps)
+    return cfg.grpo.beta
+
+
+def compute_loss(cfg: RunConfig, model, batch: list[Rollout], pad_id: int, step: int):
+    """Loss of one prompt-major batch of B*K rollouts under the current ``model``.
+
+    Returns:
+        (loss, info): scalar tensor with grad, and a dict of floats for logging.
+    """
+    K = cfg.training.num_generations
+    prompts = [r.prompt_ids for r in batch]
+    responses = [r.response_ids for r in batch]
+    token_logps, mask = response_logprobs(model, prompts, responses, pad_id,
+                                          cfg.model.temperature)  # (N, R), (N, R)
+    rewards = torch.tensor([r.reward for r in batch], dtype=torch.float32)  # (N,)
+    beta = current_beta(cfg, step)
+    if cfg.algo == "tb":
+        ref = torch.tensor([sum(r.ref_token_logps) for r in batch], dtype=torch.float32)  # (N,)
+        loss, info = trajectory_balance_loss(sequence_logprobs(token_logps, mask), ref, rewards,
+                                             beta, K)
+    else:
+        g = cfg.grpo
+        R = mask.shape[1]
+        adv = group_advantages(rewards, K, g.scale_rewards)  # (N,)
+        old = _pad([r.old_token_logps for r in batch], R)
+        ref = _pad([r.ref_token_logps for r in batch], R) if g.beta > 0 else None
+        loss, info = grpo_loss(token_logps, old, ref, adv, mask, clip_eps=g.epsilon, beta=g.beta,
+                               kl_estimator=g.kl_estimator, loss_type=g.loss_type,
+                               max_completion_length=cfg.model.max_new_tokens)
+    info = {k: v for k, v in info.items() if isinstance(v, float) and math.isfinite(v)}
+    info["beta"] = beta
+    return loss, info
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def train(cfg: RunConfig, progress: bool = True) -> dict:
+    """Run one training job (``tba-lab train``); returns the summary dict.
+
+    Raises:
+        KeyboardInterrupt: re-raised after saving everything when interrupted (Ctrl-C or SIGTERM).
+        RuntimeError: when a searcher fails (its traceback is in the message) or dies.
+    """
+    from tqdm.auto import tqdm
+
+    from tba_lab.actors.local import LocalLauncher
+    from tba_lab.eval import greedy_accuracy
+    from tba_lab.models import load_policy
+    from tba_lab.plots import plot_curves
+    from tba_lab.tasks.gsm8k import read_jsonl
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_config(cfg, out / "config.yaml")
+    sync = cfg.async_.mode == "sync"
+    torch.set_num_threads(cfg.async_.trainer_threads or (1 if not sync else max(1, torch.get_num_threads())))
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+
+    model, tokenizer = load_policy(cfg.model.path)
+    test = read_jsonl(cfg.task.test_path)
+    eval_set, interim_set = test[:cfg.task.eval_size], test[:cfg.task.interim_eval_size]
+    buffer = ReplayBuffer(cfg.buffer.capacity_per_prompt, cfg.buffer.recency_prob,
+                          cfg.buffer.inv_temp, seed=cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.training.learning_rate,
+                            weight_decay=cfg.training.weight_decay)
+    launcher = LocalLauncher(cfg, model)
+    summary: dict = {"algo": cfg.algo, "mode": cfg.async_.mode, "seed": cfg.seed,
+                     "accuracy_before": None, "accuracy_after": None, "trainer_steps": 0,
+                     "samples_generated": 0, "staleness_mean": None, "staleness_max": None,
+                     "wall_seconds": 0.0, "interrupted": False}
+    metrics_f = open(out / "metrics.jsonl", "w")
+    eval_f = open(out / "eval.jsonl", "w")
+    step, samples, stale_sum, stale_n, stale_max = 0, 0, 0, 0, 0
+    searcher_reward = float("nan")
+    t_start = time.time()
+    bar = None
+    try:
+        launcher.start()  # searchers load their models while the trainer evaluates
+        model.eval()
+        t0 = time.time()
+        summary["accuracy_before"] = greedy_accuracy(model, tokenizer, eval_set)
+        summary["eval_seconds_before"] = round(time.time() - t0, 1)
+        eval_f.write(json.dumps({"step": 0, "wall_seconds": 0.0,
+                                 "accuracy": summary["accuracy_before"], "n": len(eval_set)}) + "\n")
+        eval_f.flush()
+        model.train()
+        t_start = time.time()  # the training budget starts now
+        deadline = t_start + 60 * cfg.max_minutes
+        next_eval = t_start + cfg.task.eval_every_seconds if cfg.task.eval_every_seconds else math.inf
+        bar = tqdm(total=cfg.training.max_steps or None, disable=not progress, unit="step",
+                   desc=f"{cfg.algo}/{cfg.async_.mode}")
+        fresh: list[Rollout] = []  # sync mode: the batch generated by the current version
+        while time.time() < deadline and not (cfg.training.max_steps and step >= cfg.training.max_steps):
+            # 1. Drain everything the searchers produced into the replay buffer.
+            msgs = launcher.poll(timeout=0.05 if (sync or len(buffer) < cfg.buffer.initial_fill) else 0.0)
+            fresh_rewards = [r.reward for msg in msgs if msg["kind"] == "rollouts" for r in msg["rollouts"]]
+            if fresh_rewards:  # what the searchers' current policy earns (on-policy reward)
+                searcher_reward = sum(fresh_rewards) / len(fresh_rewards)
+            for msg in msgs:
+                if msg["kind"] == "error":
+                    raise RuntimeError(f"searcher {msg['searcher_id']} failed:\n{msg['traceback']}")
+                buffer.add(msg["rollouts"])
+                samples += len(msg["rollouts"])
+                if sync and msg["version"] == step:
+                    fresh = msg["rollouts"]
+            if not launcher.alive():
+                raise RuntimeError("a searcher process died; see its output above")
+            # 2. Wait for data: async until the initial fill, sync until this version's batch.
+            if sync:
+                if not fresh:
+                    continue
+                batch, fresh = fresh, []
+            else:
+                if len(buffer) < max(cfg.buffer.initial_fill, 1):
+                    continue
+                batch = buffer.sample(cfg.training.num_prompts_per_step, cfg.training.num_generations)
+            # 3. One optimizer update.
+            loss, info = compute_loss(cfg, model, batch, tokenizer.pad_token_id, step)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                model.parameters(), cfg.training.max_grad_norm or float("inf"))
+            opt.step()
+            staleness = ReplayBuffer.staleness(batch, step)
+            step += 1
+            # 4. Publish weights every k updates (sync: every update).
+            if step % cfg.async_.sync_period == 0:
+                launcher.publish(model, step)
+                buffer.mark_sync()
+            stale_sum += sum(staleness)
+            stale_n += len(staleness)
+            stale_max = max(stale_max, max(staleness))
+            reward_mean = sum(r.reward for r in batch) / len(batch)
+            row = {"step": step, "wall_seconds": round(time.time() - t_start, 3),
+                   "loss": loss.item(), "reward_mean": reward_mean,
+                   "staleness_mean": sum(staleness) / len(staleness), "staleness_max": max(staleness),
+                   "searcher_reward_mean": searcher_reward,
+                   "buffer_size": len(buffer), "samples_generated": samples,
+                   "grad_norm": float(grad_norm), **info}
+            if step % cfg.log_every == 0:
+                metrics_f.write(json.dumps(row) + "\n")
+                metrics_f.flush()
+            bar.update(1)
+            bar.set_postfix(reward=f"{reward_mean:.2f}", stale=f"{row['staleness_mean']:.1f}",
+                            buf=len(buffer), refresh=False)
+            # 5. Interim held-out evaluation (counts against the wall-clock budget).
+            if time.time() >= next_eval:
+                acc = greedy_accuracy(model, tokenizer, interim_set)
+                model.train()
+                eval_f.write(json.dumps({"step": step, "wall_seconds": round(time.time() - t_start, 1),
+                                         "accuracy": acc, "n": len(interim_set)}) + "\n")
+                eval_f.flush()
+                bar.write(f"step {step}: held-out accuracy {acc:.3f} ({len(interim_set)} problems)")
+                next_eval = time.time() + cfg.task.eval_every_seconds
+        launcher.stop()
+        summary["wall_seconds"] = round(time.time() - t_start, 1)
+        summary["accuracy_after"] = greedy_accuracy(model, tokenizer, eval_set)
+        eval_f.write(json.dumps({"step": step, "wall_seconds": summary["wall_seconds"],
+                                 "accuracy": summary["accuracy_after"], "n": len(eval_set)}) + "\n")
+    except KeyboardInterrupt:
+        summary["interrupted"] = True
+        raise
+    finally:
+        launcher.stop()  # idempotent; no searcher survives the trainer
+        signal.signal(signal.SIGTERM, old_term)
+        if bar is not None:
+            bar.close()
+        if not summary["wall_seconds"]:
+            summary["wall_seconds"] = round(time.time() - t_start, 1)
+        summary.update(trainer_steps=step, samples_generated=samples,
+                       staleness_mean=(stale_sum / stale_n) if stale_n else None,
+                       staleness_max=stale_max if stale_n else None,
+                       updates_per_minute=round(60 * step / max(summary["wall_seconds"], 1e-9), 2))
+        metrics_f.close()
+        eval_f.close()
+        model.save_pretrained(out / "policy")
+        tokenizer.save_pretrained(out / "policy")
+        buffer.save(out / "buffer.pt")
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        try:
+            plot_curves(out)
+        except Exception as e:  # a plot must never lose a run
+            print(f"warning: could not draw curves.png: {e}")
+    return summary
+
+
+def _write_config(cfg: RunConfig, path: Path) -> None:
+    import yaml
+
+    data = cfg.to_dict()
+    data["async"] = data.pop("async_")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))

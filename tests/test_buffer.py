@@ -1,0 +1,329 @@
+"""Tests for tba_lab.buffer: storage rules, sampling distributions, determinism, checkpoints.
+
+Statistical tests compare empirical counts with the intended distribution by a chi-square
+goodness-of-fit test (p-value from torch.distributions.Chi2, no scipy) and each also checks that
+the same test REJECTS a plausible wrong distribution, so a pass means something. Seeds are fixed,
+so the tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from itertools import permutations
+
+import numpy as np
+import pytest
+import torch
+
+from tba_lab.buffer import ReplayBuffer, Rollout
+
+
+# ----------------------------------------------------------------- helpers
+def ro(pid: int, resp, reward: float = 0.0, version: int = 0) -> Rollout:
+    resp = list(resp)
+    return Rollout(
+        prompt_id=pid,
+        prompt_ids=[100 + pid, 7],
+        response_ids=resp,
+        reward=float(reward),
+        ref_token_logps=[-1.0] * len(resp),
+        old_token_logps=[-1.5] * len(resp),
+        version=version,
+    )
+
+
+def key(r: Rollout):
+    return (r.prompt_id, tuple(r.response_ids), r.reward, r.version)
+
+
+def chi2_pvalue(counts, probs) -> float:
+    """Pearson chi-square goodness-of-fit p-value of integer counts against probabilities."""
+    counts = np.asarray(counts, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
+    expected = counts.sum() * probs / probs.sum()
+    assert expected.min() >= 5, "chi-square needs >= 5 expected counts per cell"
+    stat = float(((counts - expected) ** 2 / expected).sum())
+    dist = torch.distributions.Chi2(torch.tensor(float(len(counts) - 1), dtype=torch.float64))
+    return float(1.0 - dist.cdf(torch.tensor(stat, dtype=torch.float64)))
+
+
+def softmax(x):
+    e = np.exp(np.asarray(x, dtype=np.float64) - np.max(x))
+    return e / e.sum()
+
+
+# ------------------------------------------------------------ storage rules
+def test_dedup_newest_copy_wins():
+    buf = ReplayBuffer(capacity_per_prompt=8)
+    assert buf.add([ro(0, [1, 2], 0.0, version=0), ro(0, [3], 0.5, version=0)]) == 2
+    assert buf.add([ro(0, [1, 2], 1.0, version=5)]) == 0  # duplicate: replaces, not counted
+    items = buf.items(0)
+    assert [tuple(r.response_ids) for r in items] == [(3,), (1, 2)]  # moved to the newest end
+    assert items[-1].version == 5 and items[-1].reward == 1.0
+    assert len(buf) == 2
+    # duplicates within one call: the later copy wins; same tokens under another prompt are kept
+    assert buf.add([ro(0, [9], 0.1), ro(0, [9], 0.2), ro(1, [1, 2])]) == 2
+    assert [r.reward for r in buf.items(0) if r.response_ids == [9]] == [0.2]
+    assert buf.num_prompts() == 2 and len(buf) == 4
+
+
+def test_capacity_keeps_newest():
+    buf = ReplayBuffer(capacity_per_prompt=3)
+    buf.add([ro(0, [i], version=i) for i in range(5)])
+    assert [r.version for r in buf.items(0)] == [2, 3, 4]
+    buf.add([ro(0, [2], version=9)])  # re-adding an old sequence refreshes it instead of growing
+    assert [r.version for r in buf.items(0)] == [3, 4, 9]
+    assert len(buf) == 3
+
+
+def test_add_rejects_bad_rollouts_atomically():
+    buf = ReplayBuffer()
+    bad = ro(0, [1, 2])
+    bad.ref_token_logps = [-1.0]
+    with pytest.raises(ValueError, match="ref_token_logps"):
+        buf.add([ro(0, [5]), bad])
+    with pytest.raises(ValueError, match="non-finite reward"):
+        buf.add([ro(0, [5], reward=float("nan"))])
+    assert len(buf) == 0 and buf.num_prompts() == 0
+
+
+def test_staleness():
+    rs = [ro(0, [1], version=3), ro(0, [2], version=7)]
+    assert ReplayBuffer.staleness(rs, 7) == [4, 0]
+
+
+# ------------------------------------------------------------- bad arguments
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"capacity_per_prompt": 0}, "capacity_per_prompt"),
+        ({"capacity_per_prompt": 2.5}, "capacity_per_prompt"),
+        ({"recency_prob": -0.1}, "recency_prob"),
+        ({"recency_prob": 1.5}, "recency_prob"),
+        ({"recency_prob": float("nan")}, "recency_prob"),
+        ({"inv_temp": -1.0}, "inv_temp"),
+        ({"inv_temp": float("inf")}, "inv_temp"),
+    ],
+)
+def test_bad_constructor_args(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        ReplayBuffer(**kwargs)
+
+
+def test_bad_sample_args():
+    buf = ReplayBuffer()
+    with pytest.raises(ValueError, match="initial fill"):
+        buf.sample(1, 1)
+    buf.add([ro(0, [1])])
+    with pytest.raises(ValueError, match="num_prompts"):
+        buf.sample(0, 1)
+    with pytest.raises(ValueError, match="group_size"):
+        buf.sample(1, 0)
+    with pytest.raises(ValueError, match="format"):
+        buf.load_state_dict({"format": 999})
+
+
+# ------------------------------------------------------------------ layout
+def test_prompt_major_layout_and_distinct_prompts():
+    buf = ReplayBuffer(recency_prob=0.5, inv_temp=1.0, seed=3)
+    for pid in range(6):
+        buf.add([ro(pid, [pid, j], reward=j) for j in range(5)])
+    B, K = 4, 3
+    for _ in range(50):
+        batch = buf.sample(B, K)
+        assert len(batch) == B * K
+        groups = [batch[i * K:(i + 1) * K] for i in range(B)]  # (B, K)
+        for g in groups:
+            assert len({r.prompt_id for r in g}) == 1
+            assert all(r.prompt_ids == [100 + g[0].prompt_id, 7] for r in g)
+            assert all(r.response_ids[0] == g[0].prompt_id for r in g)
+        assert len({g[0].prompt_id for g in groups}) == B  # distinct prompts while enough exist
+    # more slots than prompts: every prompt once per round, then repeats
+    batch = buf.sample(8, 2)
+    ids = [batch[2 * i].prompt_id for i in range(8)]
+    assert sorted(ids[:6]) == list(range(6))
+    assert len(batch) == 16
+
+
+# ------------------------------------------------------------ recency mode
+def test_recency_mode_returns_newest_of_refreshed_then_falls_back():
+    buf = ReplayBuffer(capacity_per_prompt=16, recency_prob=1.0, seed=1)
+    for pid in range(5):
+        buf.add([ro(pid, [pid, j], version=0) for j in range(6)])
+    buf.mark_sync()
+    buf.add([ro(1, [1, 100 + j], version=1) for j in range(3)])
+    buf.add([ro(3, [3, 100 + j], version=1) for j in range(3)])
+    K = 4
+    seen = Counter()
+    for _ in range(300):
+        batch = buf.sample(1, K)
+        pid = batch[0].prompt_id
+        assert pid in (1, 3)
+        assert [key(r) for r in batch] == [key(r) for r in buf.items(pid)[-K:]]
+        assert buf.last_modes == ["recency"]
+        seen[pid] += 1
+    assert seen[1] > 100 and seen[3] > 100  # both refreshed prompts get picked
+    # two slots, two refreshed prompts: both used; a third slot falls back to reward mode
+    batch = buf.sample(3, K)
+    assert {batch[0].prompt_id, batch[K].prompt_id} == {1, 3}
+    assert buf.last_modes == ["recency", "recency", "reward"]
+    # after a sync with no new adds there is nothing recent: reward mode over all prompts
+    buf.mark_sync()
+    seen = Counter()
+    for _ in range(300):
+        seen[buf.sample(1, K)[0].prompt_id] += 1
+        assert buf.last_modes == ["reward"]
+    assert set(seen) == set(range(5))
+
+
+def test_recency_mode_with_fewer_items_than_k():
+    buf = ReplayBuffer(recency_prob=1.0, seed=0)
+    buf.add([ro(0, [1]), ro(0, [2])])
+    for _ in range(20):
+        batch = buf.sample(1, 5)
+        got = Counter(tuple(r.response_ids) for r in batch)
+        assert set(got) == {(1,), (2,)} and sum(got.values()) == 5
+
+
+def test_mixing_probability():
+    """P(slot lands on a refreshed prompt) = m + (1 - m) * R / N, and recency draws ~ m."""
+    m, N, R, draws = 0.3, 10, 2, 20000
+    buf = ReplayBuffer(recency_prob=m, seed=7)
+    for pid in range(N - R):
+        buf.add([ro(pid, [pid, j]) for j in range(3)])
+    buf.mark_sync()
+    for pid in range(N - R, N):
+        buf.add([ro(pid, [pid, j]) for j in range(3)])
+    hits = recency = 0
+    for _ in range(draws):
+        pid = buf.sample(1, 2)[0].prompt_id
+        hits += pid >= N - R
+        recency += buf.last_modes[0] == "recency"
+    for observed, p in [(hits, m + (1 - m) * R / N), (recency, m)]:
+        sd = math.sqrt(draws * p * (1 - p))
+        assert abs(observed - draws * p) < 4.5 * sd, (observed, draws * p, sd)
+    # power: ignoring m (pure uniform prompt choice) would give R/N = 0.2, far outside
+    assert abs(hits - draws * R / N) > 20 * math.sqrt(draws * 0.2 * 0.8)
+
+
+# ------------------------------------------------------------- reward mode
+def test_reward_mode_matches_softmax():
+    rewards = [0.0, 0.5, 1.0, 2.0, -1.0]
+    beta_inv = 1.3
+    buf = ReplayBuffer(recency_prob=0.0, inv_temp=beta_inv, seed=11)
+    buf.add([ro(0, [j], reward=r) for j, r in enumerate(rewards)])
+    counts = Counter(buf.sample(1, 1)[0].response_ids[0] for _ in range(20000))
+    c = [counts[j] for j in range(len(rewards))]
+    assert chi2_pvalue(c, softmax(beta_inv * np.array(rewards))) > 1e-3
+    assert chi2_pvalue(c, np.ones(len(rewards))) < 1e-6  # power: uniform is rejected
+    assert chi2_pvalue(c, softmax(0.5 * beta_inv * np.array(rewards))) < 1e-6  # wrong temp too
+
+
+def test_reward_mode_uniform_when_inv_temp_zero():
+    rewards = [0.0, 3.0, -2.0, 1.0]
+    buf = ReplayBuffer(recency_prob=0.0, inv_temp=0.0, seed=12)
+    buf.add([ro(0, [j], reward=r) for j, r in enumerate(rewards)])
+    counts = Counter(buf.sample(1, 1)[0].response_ids[0] for _ in range(20000))
+    c = [counts[j] for j in range(len(rewards))]
+    assert chi2_pvalue(c, np.ones(len(rewards))) > 1e-3
+    assert chi2_pvalue(c, softmax(np.array(rewards))) < 1e-6  # power
+
+
+def test_reward_mode_without_replacement_is_successive_sampling():
+    """K=2 ordered pairs vs the exact law P(a, b) = p_a * p_b / (1 - p_a) (slow reference)."""
+    rewards = [0.0, 1.0, 2.0, 0.5]
+    t = 0.7
+    p = softmax(t * np.array(rewards))
+    buf = ReplayBuffer(recency_prob=0.0, inv_temp=t, seed=13)
+    buf.add([ro(0, [j], reward=r) for j, r in enumerate(rewards)])
+    cells = list(permutations(range(4), 2))
+    counts = Counter()
+    for _ in range(20000):
+        a, b = (r.response_ids[0] for r in buf.sample(1, 2))
+        assert a != b  # without replacement when the prompt has >= K items
+        counts[(a, b)] += 1
+    exact = [p[a] * p[b] / (1 - p[a]) for a, b in cells]
+    c = [counts[cell] for cell in cells]
+    assert chi2_pvalue(c, exact) > 1e-3
+    assert chi2_pvalue(c, [p[a] * p[b] for a, b in cells]) < 1e-6  # power: with-replacement law
+
+
+def test_with_replacement_only_when_fewer_than_k():
+    buf = ReplayBuffer(recency_prob=0.0, inv_temp=2.0, seed=5)
+    buf.add([ro(0, [j], reward=j) for j in range(5)])  # 5 items
+    buf.add([ro(1, [j], reward=j) for j in range(3)])  # 3 items
+    for _ in range(200):
+        g = buf.sample(1, 5)
+        ids = [tuple(r.response_ids) for r in g]
+        if g[0].prompt_id == 0:
+            assert len(set(ids)) == 5  # exactly K items: never a repeat
+        else:
+            assert set(ids) == {(0,), (1,), (2,)} and len(ids) == 5  # all items, then repeats
+
+
+def test_prompt_selection_uniform():
+    N = 8
+    buf = ReplayBuffer(recency_prob=0.0, inv_temp=1.0, seed=21)
+    for pid in range(N):  # prompts with very different item counts and rewards
+        buf.add([ro(pid, [pid, j], reward=pid * j) for j in range(1 + 3 * pid)])
+    counts = Counter(buf.sample(1, 1)[0].prompt_id for _ in range(20000))
+    c = [counts[pid] for pid in range(N)]
+    assert chi2_pvalue(c, np.ones(N)) > 1e-3
+    assert chi2_pvalue(c, [1 + 3 * pid for pid in range(N)]) < 1e-6  # power: item-weighted
+
+
+# ------------------------------------------------ determinism and checkpoints
+def _filled(seed: int) -> ReplayBuffer:
+    buf = ReplayBuffer(capacity_per_prompt=6, recency_prob=0.5, inv_temp=0.8, seed=seed)
+    for pid in range(7):
+        buf.add([ro(pid, [pid, j], reward=(j * 37 % 5) / 2, version=j % 3) for j in range(9)])
+    buf.mark_sync()
+    buf.add([ro(2, [2, 50], reward=1.0, version=4), ro(5, [5, 50], reward=0.0, version=4)])
+    return buf
+
+
+def test_determinism_by_seed():
+    a, b, c = _filled(0), _filled(0), _filled(1)
+    sa = [[key(r) for r in a.sample(3, 4)] for _ in range(20)]
+    sb = [[key(r) for r in b.sample(3, 4)] for _ in range(20)]
+    sc = [[key(r) for r in c.sample(3, 4)] for _ in range(20)]
+    assert sa == sb
+    assert sa != sc
+
+
+def test_save_load_round_trip(tmp_path):
+    buf = _filled(4)
+    for _ in range(5):
+        buf.sample(2, 3)  # advance the rng so its state matters
+    path = tmp_path / "buffer.pt"
+    buf.save(path)
+    restored = ReplayBuffer.load(path)
+    via_dict = ReplayBuffer()
+    via_dict.load_state_dict(buf.state_dict())
+    assert len(restored) == len(buf) and restored.num_prompts() == buf.num_prompts()
+    assert restored.refreshed() == buf.refreshed() == [2, 5]
+    assert (restored.capacity_per_prompt, restored.recency_prob, restored.inv_temp) == (6, 0.5, 0.8)
+    expected = [[key(r) for r in buf.sample(3, 4)] for _ in range(20)]
+    assert [[key(r) for r in restored.sample(3, 4)] for _ in range(20)] == expected
+    assert [[key(r) for r in via_dict.sample(3, 4)] for _ in range(20)] == expected
+    assert restored.items(2)[-1] == buf.items(2)[-1]  # full Rollout equality, log-probs included
+
+
+def test_save_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "buffer.pt"
+    _filled(0).save(path)
+    before = path.read_bytes()
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt("simulated crash mid-write")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _filled(1).save(path)
+    assert path.read_bytes() == before  # the previous checkpoint is intact
+    assert os.listdir(tmp_path) == ["buffer.pt"]  # no temporary file left behind
+    monkeypatch.undo()
+    assert len(ReplayBuffer.load(path)) == len(_filled(0))

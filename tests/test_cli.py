@@ -1,0 +1,102 @@
+"""The command line: help, flag validation, and Ctrl-C during an asynchronous run."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+       "OMP_NUM_THREADS": "1"}
+TBA_LAB = Path(sys.executable).with_name("tba-lab")  # the console script of this environment
+
+
+def test_train_help():
+    r = subprocess.run([sys.executable, "-m", "tba_lab", "train", "--help"], capture_output=True,
+                       text=True, timeout=60, env=ENV)
+    assert r.returncode == 0, r.stderr
+    for flag in ("--config", "--output-dir", "--max-minutes", "--sync-period", "--mode",
+                 "--no-progress"):
+        assert flag in r.stdout
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--sync-period", "0"], "sync_period"),
+    (["--mode", "sync", "--num-searchers", "2"], "num_searchers"),
+    (["--max-minutes", "-1"], "max_minutes"),
+])
+def test_bad_flag_value_exits_2_naming_the_field(tmp_path, args, field):
+    r = subprocess.run([sys.executable, "-m", "tba_lab", "train", "--output-dir",
+                        str(tmp_path / "run"), *args], capture_output=True, text=True,
+                       timeout=60, env=ENV)
+    assert r.returncode == 2
+    assert field in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run").exists()  # validation happens before anything is written
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not TBA_LAB.exists(), reason="tba-lab console script not installed")
+def test_ctrl_c_saves_everything_and_leaves_no_process(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "run"
+    config = tmp_path / "small.yaml"
+    config.write_text(
+        "model: {max_new_tokens: 40}\n"
+        "training: {num_prompts_per_step: 4, num_generations: 4}\n"
+        "buffer: {initial_fill: 16}\n"
+        "task: {eval_size: 20, interim_eval_size: 10, eval_every_seconds: 0}\n")
+    proc = subprocess.Popen(
+        [str(TBA_LAB), "train", "--config", str(config), "--output-dir", str(out),
+         "--max-minutes", "5", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+        start_new_session=True)  # its own process group, as a terminal job has
+    pgid = proc.pid
+    try:
+        metrics = out / "metrics.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, f"trainer exited early:\n{proc.communicate()[0]}"
+        assert len(metrics.read_text().splitlines()) >= 2, "no 2 updates within 120 s"
+
+        os.killpg(pgid, signal.SIGINT)  # Ctrl-C reaches every process of the group
+        t0 = time.time()
+        output, _ = proc.communicate(timeout=10)
+        assert time.time() - t0 < 10
+        assert proc.returncode == 130, output
+        assert "interrupted" in output and "Traceback" not in output, output
+    finally:
+        if proc.poll() is None:
+            os.killpg(pgid, signal.SIGKILL)
+            proc.wait()
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["trainer_steps"] >= 2
+    assert summary["accuracy_after"] is None  # no final evaluation after Ctrl-C
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == summary["trainer_steps"]  # every update so far was logged
+    model = AutoModelForCausalLM.from_pretrained(str(out / "policy"))
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert (out / "buffer.pt").is_file() and (out / "curves.png").is_file()
+
+    # no searcher, resource tracker or other process of the group survives
+    deadline = time.time() + 5
+    while _group_alive(pgid) and time.time() < deadline:
+        time.sleep(0.1)
+    left = subprocess.run(["ps", "-o", "pid=,args=", "--sid", str(pgid)], capture_output=True,
+                          text=True).stdout
+    assert not _group_alive(pgid), f"processes left in the group:\n{left}"

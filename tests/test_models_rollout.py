@@ -1,0 +1,114 @@
+"""Embedded model and tokenizer, offline loading, generation and log-prob scoring."""
+import json
+
+import pytest
+import torch
+
+from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR, load_policy
+from tba_lab.rollout.backend import TransformersBackend, cut_at_eos
+from tba_lab.rollout.scoring import collate, response_logprobs
+from tba_lab.tasks import format_prompt
+
+
+def test_tokenizer_round_trip_exact(tiny):
+    _, tok, train = tiny
+    for row in train[:50]:
+        text = format_prompt(row["question"]) + " " + row["answer"]
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.unk_token_id not in ids
+        assert tok.decode(ids) == text
+    assert tok("Question: 12")["input_ids"][0] == tok.bos_token_id  # prompts start with <bos>
+    # digits are single tokens, so "123" is three tokens
+    assert len(tok(" 123", add_special_tokens=False)["input_ids"]) == 3
+
+
+def test_save_and_load_offline_round_trip(tiny, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tok, train = tiny
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    model2 = AutoModelForCausalLM.from_pretrained(tmp_path)
+    tok2 = AutoTokenizer.from_pretrained(tmp_path)
+    text = format_prompt(train[0]["question"])
+    assert tok2(text)["input_ids"] == tok(text)["input_ids"]
+    ids = torch.tensor([tok(text)["input_ids"]])
+    with torch.no_grad():
+        torch.testing.assert_close(model2(ids).logits, model(ids).logits)
+
+
+def test_embedded_model_is_committed_and_loads_offline():
+    model, tok = load_policy(DEFAULT_MODEL_DIR)
+    n = sum(p.numel() for p in model.parameters())
+    assert 0.5e6 < n < 2e6, n
+    summary = json.loads((DEFAULT_MODEL_DIR / "sft_summary.json").read_text())
+    assert 0.20 <= summary["accuracy"] <= 0.60  # room for RL, yet decent
+    assert (DEFAULT_TASK_DIR / "train.jsonl").is_file() and (DEFAULT_TASK_DIR / "test.jsonl").is_file()
+
+
+def test_load_policy_missing_path_says_how_to_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="tba-lab sft"):
+        load_policy(tmp_path / "nope")
+
+
+def test_cut_at_eos_keeps_terminating_eos_even_when_pad_is_eos():
+    eos = 2
+    assert cut_at_eos([5, 6, eos, eos, eos], eos) == [5, 6, eos]  # pad == eos: first EOS kept
+    assert cut_at_eos([5, 6, 7], eos) == [5, 6, 7]
+    _, _, mask, _ = collate([[1, 9]], [[5, 6, eos]], pad_id=eos)
+    assert mask.tolist() == [[True, True, True]]  # the EOS is inside the response mask
+
+
+def _loop_logps(model, prompt, response, temperature):
+    """Obviously-correct reference: one unpadded sequence at a time."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0] / temperature
+    lp = torch.log_softmax(logits, -1)
+    return [lp[len(prompt) - 1 + t, response[t]].item() for t in range(len(response))]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_batched_logprobs_match_per_sequence_loop(tiny, temperature):
+    model, tok, train = tiny
+    prompts = [tok(format_prompt(r["question"]))["input_ids"] for r in train[:4]]
+    responses = [[7, 8, 9], [10], [11, 12, 13, 14, 15], [16, 17]]
+    with torch.no_grad():
+        logps, mask = response_logprobs(model, prompts, responses, tok.pad_token_id, temperature)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ref = _loop_logps(model, p, r, temperature)
+        assert mask[i].sum().item() == len(r)
+        torch.testing.assert_close(logps[i, :len(r)], torch.tensor(ref), atol=1e-5, rtol=1e-5)
+        assert (logps[i, len(r):] == 0).all()
+
+
+def test_sampler_logprobs_match_scoring(tiny):
+    """The behaviour log-probs recorded at generation equal a fresh forward pass (ratio == 1)."""
+    model, tok, train = tiny
+    torch.manual_seed(0)
+    backend = TransformersBackend(model, tok)
+    prompts = [tok(format_prompt(r["question"]))["input_ids"] for r in train[:3]]
+    gen = backend.generate(prompts, num_generations=4, temperature=0.6, max_new_tokens=12)
+    assert len(gen.responses) == 12
+    rows = [prompts[i // 4] for i in range(12)]  # prompt-major
+    with torch.no_grad():
+        logps, mask = response_logprobs(model, rows, gen.responses, tok.pad_token_id, 0.6)
+    for i, r in enumerate(gen.responses):
+        assert len(gen.token_logps[i]) == len(r)
+        torch.testing.assert_close(torch.tensor(gen.token_logps[i]), logps[i, :len(r)],
+                                   atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_generation_matches_naive_loop(tiny):
+    model, tok, train = tiny
+    prompts = [tok(format_prompt(r["question"]))["input_ids"] for r in train[:3]]
+    out = TransformersBackend(model, tok).generate(prompts, 1, temperature=0.0, max_new_tokens=6)
+    for p, r in zip(prompts, out.responses):
+        seq = list(p)
+        with torch.no_grad():
+            for _ in range(6):
+                nxt = model(torch.tensor([seq])).logits[0, -1].argmax().item()
+                seq.append(nxt)
+                if nxt == tok.eos_token_id:
+                    break
+        assert r == seq[len(p):]
