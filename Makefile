@@ -7,7 +7,6 @@ BIN     = $(VENV)/bin
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install torch==2.13.0
 	$(BIN)/pip install -e ".[dev]"
 	touch $@

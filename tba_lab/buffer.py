@@ -109,6 +109,9 @@ class ReplayBuffer:
             probabilities softmax(inv_temp * reward). 0 gives uniform draws.
         seed (int): seed of the buffer's own numpy Generator; same seed and same adds give the
             same samples.
+        max_prompts (int >= 1 or None): prompts remembered; beyond it the least recently
+            refreshed prompt is evicted with all its items (None = unbounded). Bounds how stale
+            a reward-mode draw can be when prompts rarely repeat (an addition to DESIGN sec. 2).
 
     Raises:
         ValueError: if an argument is out of range (the message names the field and the fix).
@@ -120,6 +123,7 @@ class ReplayBuffer:
         recency_prob: float = 0.5,
         inv_temp: float = 0.0,
         seed: int = 0,
+        max_prompts: int | None = None,
     ) -> None:
         if isinstance(capacity_per_prompt, bool) \
                 or not isinstance(capacity_per_prompt, numbers.Integral) or capacity_per_prompt < 1:
@@ -137,12 +141,19 @@ class ReplayBuffer:
                 f"inv_temp must be a finite number >= 0 (got {inv_temp!r}); use 0 for uniform "
                 "sampling within a prompt, larger values to favour high-reward responses"
             )
+        if max_prompts is not None and (isinstance(max_prompts, bool)
+                                        or not isinstance(max_prompts, numbers.Integral) or max_prompts < 1):
+            raise ValueError(
+                f"max_prompts must be an int >= 1 or None (got {max_prompts!r}); it bounds how "
+                "many prompts the buffer remembers (the least recently refreshed are evicted)"
+            )
+        self.max_prompts = None if max_prompts is None else int(max_prompts)
         self.capacity_per_prompt = int(capacity_per_prompt)
         self.recency_prob = float(recency_prob)
         self.inv_temp = float(inv_temp)
         self.seed = int(seed)
         self._rng = np.random.default_rng(self.seed)
-        # prompt_id -> deque of Rollout, oldest left; dict keeps first-seen order (deterministic)
+        # prompt_id -> deque of Rollout, oldest left; dict order = least to most recently refreshed
         self._items: dict[int, deque[Rollout]] = {}
         # prompts refreshed since the last sync; a dict used as an insertion-ordered set
         self._refreshed: dict[int, None] = {}
@@ -170,7 +181,8 @@ class ReplayBuffer:
             _check_rollout(r)
         added = 0
         for r in rollouts:
-            dq = self._items.setdefault(r.prompt_id, deque())
+            dq = self._items.pop(r.prompt_id, None) or deque()
+            self._items[r.prompt_id] = dq  # (re)insert at the most-recently-refreshed end
             key = tuple(r.response_ids)
             for i, old in enumerate(dq):  # O(capacity): fine for tens to hundreds of items
                 if tuple(old.response_ids) == key:
@@ -182,6 +194,10 @@ class ReplayBuffer:
             while len(dq) > self.capacity_per_prompt:
                 dq.popleft()  # drop the OLDEST
             self._refreshed[r.prompt_id] = None
+        while self.max_prompts is not None and len(self._items) > self.max_prompts:
+            evicted = next(iter(self._items))  # least recently refreshed prompt
+            del self._items[evicted]
+            self._refreshed.pop(evicted, None)
         return added
 
     def mark_sync(self) -> None:
@@ -293,6 +309,7 @@ class ReplayBuffer:
                 "recency_prob": self.recency_prob,
                 "inv_temp": self.inv_temp,
                 "seed": self.seed,
+                "max_prompts": self.max_prompts,
             },
             "items": [[pid, [asdict(r) for r in dq]] for pid, dq in self._items.items()],
             "refreshed": list(self._refreshed),
@@ -316,6 +333,7 @@ class ReplayBuffer:
         self.recency_prob = fresh.recency_prob
         self.inv_temp = fresh.inv_temp
         self.seed = fresh.seed
+        self.max_prompts = fresh.max_prompts
         self._items = {
             int(pid): deque(Rollout(**r) for r in rows) for pid, rows in d["items"]
         }

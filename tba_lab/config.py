@@ -27,7 +27,7 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     path: str = str(DEFAULT_MODEL_DIR)  # HF folder or hub name of the starting policy (= reference policy)
-    temperature: float = 1.0            # sampling temperature; policy and reference log-probs use the same
+    temperature: float = 0.6            # sampling temperature; policy and reference log-probs use the same
     max_new_tokens: int = 40            # response length cap, tokens
 
 
@@ -44,7 +44,8 @@ class TaskConfig:
 class TrainingConfig:
     num_prompts_per_step: int = 16      # B: prompts per trainer batch (and per searcher generation batch)
     num_generations: int = 8            # K: responses per prompt (group size)
-    learning_rate: float = 5e-5         # AdamW learning rate
+    learning_rate: float = 5e-5         # AdamW peak learning rate (1e-4 and up degrades the tiny model)
+    lr_schedule: str = "linear"         # "linear": decay to 0 over the run (time or max_steps); "constant"
     max_grad_norm: float = 1.0          # gradient-norm clipping (0 = off)
     weight_decay: float = 0.0           # AdamW weight decay
     max_steps: int = 0                  # stop after this many trainer updates (0 = time only)
@@ -69,8 +70,9 @@ class GRPOConfig:
 @dataclass
 class BufferConfig:
     capacity_per_prompt: int = 32       # newest rollouts kept per prompt
-    recency_prob: float = 0.5           # m: probability of drawing from prompts refreshed since the last sync
+    recency_prob: float = 0.8           # m: probability of drawing from prompts refreshed since the last sync
     inv_temp: float = 0.0               # reward prioritisation softmax(inv_temp * r); 0 = uniform
+    max_prompts: int = 256              # prompts remembered (least recently refreshed evicted); 0 = unbounded
     initial_fill: int = 256             # rollouts in the buffer before the first update (async)
 
 
@@ -79,7 +81,7 @@ class AsyncConfig:
     mode: str = "async"                 # "async": searchers and trainer overlap; "sync": strict alternation
     num_searchers: int = 1              # searcher processes
     sync_period: int = 1                # k: publish weights every k trainer updates (sync forces 1)
-    queue_size: int = 4                 # generation batches in flight between searchers and trainer
+    queue_size: int = 2                 # generation batches in flight between searchers and trainer
     searcher_threads: int = 0           # torch threads per searcher (0 = auto: 1 async, all cores sync)
     trainer_threads: int = 0            # torch threads for the trainer (0 = auto, as above)
 
@@ -88,7 +90,7 @@ class AsyncConfig:
 class RunConfig:
     algo: str = "tb"                    # "tb" (trajectory balance, paper Eq. 5) | "grpo"
     output_dir: str = "runs/default"    # where metrics, summary, curves and the policy go
-    max_minutes: float = 8.0            # training wall-clock budget, minutes (evaluation before/after extra)
+    max_minutes: float = 9.0            # training wall-clock budget, minutes (evaluation before/after extra)
     seed: int = 0                       # seeds the trainer, the searchers and the buffer
     log_every: int = 1                  # metrics.jsonl and tqdm every this many updates
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -192,6 +194,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(tr.num_generations >= 2, f"training.num_generations={tr.num_generations}: group "
                                     f"methods (TB's VarGrad log Z, GRPO advantages) need K >= 2")
     _check(tr.learning_rate > 0, f"training.learning_rate={tr.learning_rate}: must be > 0")
+    _check(tr.lr_schedule in ("linear", "constant"), f"training.lr_schedule={tr.lr_schedule!r}: "
+                                                     f"choose linear or constant")
     _check(tr.max_grad_norm >= 0, "training.max_grad_norm must be >= 0 (0 = no clipping)")
     _check(tr.max_steps >= 0, "training.max_steps must be >= 0 (0 = bounded by time only)")
     _check(cfg.tb.beta > 0, f"tb.beta={cfg.tb.beta}: the KL coefficient must be > 0")
@@ -208,6 +212,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(0 <= b.recency_prob <= 1, f"buffer.recency_prob={b.recency_prob}: must be in [0, 1]")
     _check(b.inv_temp >= 0, "buffer.inv_temp must be >= 0 (0 = uniform)")
     _check(b.initial_fill >= 0, "buffer.initial_fill must be >= 0")
+    _check(b.max_prompts == 0 or b.max_prompts >= tr.num_prompts_per_step,
+           f"buffer.max_prompts={b.max_prompts}: keep at least num_prompts_per_step prompts (0 = unbounded)")
     a = cfg.async_
     _check(a.mode in ("async", "sync"), f"async.mode={a.mode!r}: choose async or sync")
     _check(a.num_searchers >= 1, f"async.num_searchers={a.num_searchers}: need at least one searcher")

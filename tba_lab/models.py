@@ -121,7 +121,7 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32
 def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
         task_dir: str | os.PathLike = DEFAULT_TASK_DIR, seed: int = 0, steps: int = 500,
         batch_size: int = 64, lr: float = 2e-3, num_threads: int = 2, eval_size: int = 500,
-        log_every: int = 100, eval_every: int = 0) -> dict:
+        log_every: int = 100, eval_every: int = 0, bare_answer_fraction: float = 0.6) -> dict:
     """Build the task splits, the tokenizer and the model, train on answer tokens, save all.
 
     Writes ``task_dir/{train,test}.jsonl`` and the model + tokenizer to ``output_dir``
@@ -142,7 +142,11 @@ def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
     write_jsonl(test, task_dir / "test.jsonl")
 
     prompts = [format_prompt(r["question"]) for r in train]
-    targets = [" " + r["answer"] for r in train]
+    # A seeded fraction of SFT targets is the bare final line "#### N" (no worked steps), as
+    # in web text where answers often come without their working; the rest show the work.
+    mix = random.Random(seed + 1)
+    targets = [" " + (r["answer"].split("\n")[-1] if mix.random() < bare_answer_fraction else r["answer"])
+               for r in train]
     tokenizer = build_tokenizer(prompts + targets + [format_prompt(r["question"]) + " " + r["answer"]
                                                      for r in test])
     model = build_model(tokenizer, seed=seed)
@@ -191,6 +195,7 @@ def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
     tokenizer.save_pretrained(output_dir)
     acc = greedy_accuracy(model, tokenizer, test[:eval_size])
     summary = {"accuracy": acc, "steps": steps, "wall_seconds": round(wall, 1),
+               "bare_answer_fraction": bare_answer_fraction,
                "num_parameters": n_params, "seed": seed, "batch_size": batch_size, "lr": lr}
     (output_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

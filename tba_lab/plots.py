@@ -28,16 +28,27 @@ def plot_curves(run_dir: str | Path, path: str | Path | None = None):
     metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     if evals:
-        ax1.plot([e["wall_seconds"] for e in evals], [100 * e["accuracy"] for e in evals], "o-")
+        full = max(e["n"] for e in evals)
+        for n, style, label in ((full, "s", f"{full} problems"), (None, "o-", "interim subset")):
+            pts = [e for e in evals if (e["n"] == full) == (n is not None)]
+            if pts:
+                ax1.plot([e["wall_seconds"] for e in pts], [100 * e["accuracy"] for e in pts],
+                         style, label=f"{label}")
+        ax1.legend(loc="lower right")
     ax1.set(xlabel="training wall-clock (s)", ylabel="held-out greedy accuracy (%)",
             title="Held-out accuracy")
     if metrics:
         x = [m["wall_seconds"] for m in metrics]
-        y = [m["reward_mean"] for m in metrics]
-        w = max(1, len(y) // 30)  # moving average over ~1/30 of the run
-        smooth = [sum(y[max(0, i - w + 1):i + 1]) / len(y[max(0, i - w + 1):i + 1]) for i in range(len(y))]
-        ax2.plot(x, y, alpha=0.25, label="per batch")
-        ax2.plot(x, smooth, label=f"moving average ({w})")
+        w = max(1, len(x) // 30)  # moving average over ~1/30 of the run
+        for key, label in (("reward_mean", "trainer batch"), ("searcher_reward_mean", "newest rollouts")):
+            y = [m.get(key) for m in metrics]
+            pts = [(a, b) for a, b in zip(x, y) if b is not None]
+            if not pts:
+                continue
+            xs, ys = zip(*pts)
+            smooth = [sum(ys[max(0, i - w + 1):i + 1]) / len(ys[max(0, i - w + 1):i + 1])
+                      for i in range(len(ys))]
+            ax2.plot(xs, smooth, label=f"{label} (moving average of {w})")
         ax2.legend(loc="lower right")
     ax2.set(xlabel="training wall-clock (s)", ylabel="mean reward", title="Training reward")
     for ax in (ax1, ax2):

@@ -30,6 +30,7 @@ import json
 import math
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -88,6 +89,20 @@ def compute_loss(cfg: RunConfig, model, batch: list[Rollout], pad_id: int, step:
     return loss, info
 
 
+def lr_factor(cfg: RunConfig, step: int, elapsed_seconds: float) -> float:
+    """Learning-rate multiplier in [0, 1]: 1 for ``constant``; for ``linear``, 1 - progress,
+    where progress is ``step / max_steps`` when ``max_steps`` is set, else the fraction of the
+    wall-clock budget used. Decaying to 0 damps the step-to-step noise of the final policy
+    (a common RL fine-tuning schedule; not part of the TBA paper)."""
+    if cfg.training.lr_schedule == "constant":
+        return 1.0
+    if cfg.training.max_steps:
+        progress = step / cfg.training.max_steps
+    else:
+        progress = elapsed_seconds / (60 * cfg.max_minutes)
+    return max(0.0, 1.0 - progress)
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -114,13 +129,13 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
     torch.set_num_threads(cfg.async_.trainer_threads or (1 if not sync else max(1, torch.get_num_threads())))
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
 
     model, tokenizer = load_policy(cfg.model.path)
     test = read_jsonl(cfg.task.test_path)
     eval_set, interim_set = test[:cfg.task.eval_size], test[:cfg.task.interim_eval_size]
     buffer = ReplayBuffer(cfg.buffer.capacity_per_prompt, cfg.buffer.recency_prob,
-                          cfg.buffer.inv_temp, seed=cfg.seed)
+                          cfg.buffer.inv_temp, seed=cfg.seed,
+                          max_prompts=cfg.buffer.max_prompts or None)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.training.learning_rate,
                             weight_decay=cfg.training.weight_decay)
     launcher = LocalLauncher(cfg, model)
@@ -134,6 +149,12 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
     searcher_reward = float("nan")
     t_start = time.time()
     bar = None
+    # Ctrl-C and SIGTERM both end the run through the same saving path. SIGINT is set
+    # explicitly because a shell starts background jobs with SIGINT ignored.
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        old_handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_interrupt),
+                        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     try:
         launcher.start()  # searchers load their models while the trainer evaluates
         model.eval()
@@ -175,6 +196,9 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
                     continue
                 batch = buffer.sample(cfg.training.num_prompts_per_step, cfg.training.num_generations)
             # 3. One optimizer update.
+            lr = cfg.training.learning_rate * lr_factor(cfg, step, time.time() - t_start)
+            for group in opt.param_groups:
+                group["lr"] = lr
             loss, info = compute_loss(cfg, model, batch, tokenizer.pad_token_id, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -194,9 +218,9 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
             row = {"step": step, "wall_seconds": round(time.time() - t_start, 3),
                    "loss": loss.item(), "reward_mean": reward_mean,
                    "staleness_mean": sum(staleness) / len(staleness), "staleness_max": max(staleness),
-                   "searcher_reward_mean": searcher_reward,
+                   "searcher_reward_mean": searcher_reward if math.isfinite(searcher_reward) else None,
                    "buffer_size": len(buffer), "samples_generated": samples,
-                   "grad_norm": float(grad_norm), **info}
+                   "grad_norm": float(grad_norm), "lr": lr, **info}
             if step % cfg.log_every == 0:
                 metrics_f.write(json.dumps(row) + "\n")
                 metrics_f.flush()
@@ -222,7 +246,9 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
         raise
     finally:
         launcher.stop()  # idempotent; no searcher survives the trainer
-        signal.signal(signal.SIGTERM, old_term)
+        if main_thread:
+            for signum, handler in old_handlers.items():
+                signal.signal(signum, handler)
         if bar is not None:
             bar.close()
         if not summary["wall_seconds"]:

@@ -189,3 +189,21 @@ def test_sync_run_is_on_policy(tmp_path):
     versions = {it.version for pid in list(buffer._items) for it in buffer.items(pid)}
     assert versions == set(range(steps))
     assert summary["samples_generated"] == steps * 4 * 4
+
+
+def test_sync_grpo_ratio_is_one_on_policy(tmp_path):
+    """On-policy GRPO: the behaviour log-probs the sampler recorded equal the trainer's, so the
+    importance ratio of every fresh batch is 1 (temperature scaling matches the sampler)."""
+    from tba_lab.trainer import train
+
+    torch.set_num_threads(1)
+    cfg = _config(tmp_path, algo="grpo", training={"max_steps": 3},
+                  model={"temperature": 0.6, "max_new_tokens": 40},
+                  async_={"mode": "sync", "searcher_threads": 1})
+    summary = train(cfg, progress=False)
+    _assert_no_children()
+    assert summary["algo"] == "grpo" and summary["trainer_steps"] == 3
+    rows = _read_jsonl(tmp_path / "metrics.jsonl")
+    for r in rows:
+        assert abs(r["ratio_mean"] - 1.0) < 1e-3, r
+        assert r["clip_fraction"] == 0.0

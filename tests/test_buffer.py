@@ -327,3 +327,34 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["buffer.pt"]  # no temporary file left behind
     monkeypatch.undo()
     assert len(ReplayBuffer.load(path)) == len(_filled(0))
+
+
+def test_max_prompts_evicts_least_recently_refreshed():
+    buf = ReplayBuffer(capacity_per_prompt=4, recency_prob=0.0, max_prompts=3, seed=0)
+    for pid in (0, 1, 2):
+        buf.add([ro(pid, [pid, 1])])
+    buf.add([ro(0, [0, 2])])  # prompt 0 refreshed: now 1 is the least recently refreshed
+    buf.add([ro(3, [3, 1])])  # a fourth prompt evicts prompt 1 with all its items
+    assert buf.num_prompts() == 3 and len(buf) == 4
+    assert {r.prompt_id for r in buf.sample(3, 1)} == {0, 2, 3}
+    with pytest.raises(KeyError):
+        buf.items(1)
+    restored = ReplayBuffer()
+    restored.load_state_dict(buf.state_dict())
+    assert restored.max_prompts == 3
+    restored.add([ro(4, [4, 1])])  # the bound survives a save/load round trip
+    assert restored.num_prompts() == 3
+
+
+def test_max_prompts_bounds_staleness_of_reward_mode():
+    """With one new prompt group per version, reward-mode draws are never older than
+    max_prompts versions; unbounded they reach back to version 0."""
+    bounded = ReplayBuffer(capacity_per_prompt=2, recency_prob=0.0, max_prompts=10, seed=1)
+    unbounded = ReplayBuffer(capacity_per_prompt=2, recency_prob=0.0, seed=1)
+    for v in range(200):
+        for buf in (bounded, unbounded):
+            buf.add([ro(v, [v, 0], version=v), ro(v, [v, 1], version=v)])
+    stale_b = [s for _ in range(50) for s in ReplayBuffer.staleness(bounded.sample(8, 2), 200)]
+    stale_u = [s for _ in range(50) for s in ReplayBuffer.staleness(unbounded.sample(8, 2), 200)]
+    assert max(stale_b) <= 10
+    assert max(stale_u) > 100

@@ -2,7 +2,8 @@
 
 Each problem is a dict ``{"question": str, "answer": str}`` exactly like a row of GSM8K
 (Cobbe et al. 2021): the answer is a short worked solution that ends with ``#### N``.
-Problems take two steps (for example ``a * b`` then ``- c``) with small integers, so a ~1M
+Problems take two steps (for example ``a * b`` then ``- c``) with small integers (one- and
+two-digit), so a ~1M
 parameter model can learn the format quickly but makes arithmetic slips that RL can fix.
 
 Departures from GSM8K: a fixed set of templates and a closed vocabulary (so the kit's word-level
@@ -22,8 +23,8 @@ ITEMS = ["apples", "pens", "cookies", "books", "stickers", "marbles", "cards", "
 
 def _add_sub(rng: random.Random) -> tuple[str, str, int]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    a, b = rng.randint(10, 99), rng.randint(10, 99)
-    c = rng.randint(1, a + b - 1)
+    a, b = rng.randint(10, 49), rng.randint(2, 9)
+    c = rng.randint(2, 9)
     s, r = a + b, a + b - c
     q = (f"{name} has {a} {item}. {PRONOUN[name]} buys {b} more. Then {PRONOUN[name].lower()} "
          f"gives away {c}. How many {item} does {name} have now?")
@@ -32,9 +33,9 @@ def _add_sub(rng: random.Random) -> tuple[str, str, int]:
 
 def _mul_sub(rng: random.Random) -> tuple[str, str, int]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    a, b = rng.randint(2, 12), rng.randint(3, 15)
+    a, b = rng.randint(2, 9), rng.randint(2, 9)
     p = a * b
-    c = rng.randint(1, p - 1)
+    c = rng.randint(1, min(p - 1, 19))
     q = (f"{name} buys {a} boxes of {item}. Each box has {b} {item}. {PRONOUN[name]} gives "
          f"away {c} of them. How many {item} are left?")
     return q, f"{a} * {b} = {p}. {p} - {c} = {p - c}.", p - c
@@ -42,8 +43,8 @@ def _mul_sub(rng: random.Random) -> tuple[str, str, int]:
 
 def _div_add(rng: random.Random) -> tuple[str, str, int]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    b, quo = rng.randint(2, 9), rng.randint(2, 12)
-    a, c = b * quo, rng.randint(1, 30)
+    b, quo = rng.randint(2, 9), rng.randint(2, 9)
+    a, c = b * quo, rng.randint(2, 19)
     q = (f"{name} has {a} {item} and shares them equally among {b} friends. Each friend then "
          f"finds {c} more. How many {item} does each friend have?")
     return q, f"{a} / {b} = {quo}. {quo} + {c} = {quo + c}.", quo + c
@@ -51,9 +52,9 @@ def _div_add(rng: random.Random) -> tuple[str, str, int]:
 
 def _change(rng: random.Random) -> tuple[str, str, int]:
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    a, b = rng.randint(2, 12), rng.randint(2, 9)
+    a, b = rng.randint(2, 9), rng.randint(2, 9)
     p = a * b
-    c = rng.choice([x for x in (20, 50, 100, 200) if x > p])
+    c = rng.choice([x for x in (20, 50, 100) if x > p])
     q = (f"A shop sells {item} for {a} dollars each. {name} buys {b} {item} and pays with "
          f"{c} dollars. How much change does {name} get?")
     return q, f"{a} * {b} = {p}. {c} - {p} = {c - p}.", c - p
