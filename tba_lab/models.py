@@ -10,8 +10,15 @@ GSM8K changes only paths.
 
 Tokenizer: words and single digits, each with an optional leading space, a few punctuation
 runs, and newline; a ``Fuse`` decoder so ``decode(encode(text)) == text`` for task text.
-SFT: loss on answer tokens only, AdamW with cosine decay, a fixed number of steps so the result
-is reproducible from the seed (wall time varies by machine, accuracy does not).
+SFT: loss on answer tokens only, AdamW with cosine decay, a fixed number of steps (500) so the
+result is reproducible from the seed (wall time varies by machine, accuracy does not).
+
+A deliberate departure from plain SFT: 60% of the SFT targets (``bare_answer_fraction``) are only
+the final line ``#### N`` and 40% show the worked steps, as answers on the web often come without
+their working. The resulting model answers bare when decoding greedily (34.6% held-out) while
+samples at temperature 0.6 find a correct answer among 16 tries for ~90% of problems: the
+headroom RL turns into greedy accuracy within minutes. With only worked-step targets, RL moved
+greedy accuracy by about 1 point in the same time (see the README's results section).
 """
 from __future__ import annotations
 
