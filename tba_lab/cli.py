@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="RL post-training (async TBA by default)")
     t.add_argument("--config", help="YAML file with RunConfig fields (see tba_lab/config.py)")
     t.add_argument("--output-dir", help="where outputs go (default runs/default)")
-    t.add_argument("--max-minutes", type=float, help="training wall-clock budget (default 8)")
+    t.add_argument("--max-minutes", type=float, help="training wall-clock budget in minutes (default 9; evaluation before and after is extra)")
     t.add_argument("--max-steps", type=int, help="stop after this many trainer updates")
     t.add_argument("--seed", type=int)
     t.add_argument("--algo", choices=["tb", "grpo"])

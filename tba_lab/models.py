@@ -109,16 +109,17 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    p = Path(path)
-    if (str(path).startswith((".", "/")) or p.parent != Path(".")) and not p.exists():
+    p = Path(path).expanduser()
+    if str(path).startswith((".", "/", "~")) and not p.exists():  # "org/name" is a hub id
         raise FileNotFoundError(
             f"model path {str(path)!r} does not exist; run `tba-lab sft` to rebuild the embedded "
             f"model or set model.path to a Hugging Face model folder")
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    path = str(p) if p.exists() else str(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     _plain_sampling(model)

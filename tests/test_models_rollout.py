@@ -135,3 +135,11 @@ def test_sft_is_reproducible_from_seed(tmp_path):
     # and the committed task was written by the same generator (seed 0)
     from tba_lab.tasks.arithmetic import make_splits
     assert json.loads((DEFAULT_TASK_DIR / "test.jsonl").read_text().splitlines()[0]) == make_splits(0)[1][0]
+
+
+def test_load_policy_treats_org_slash_name_as_hub_id():
+    """'org/name' goes to the hub loader (offline here, so it fails there), not to the
+    local-path check that suggests `tba-lab sft`."""
+    with pytest.raises(OSError) as err:
+        load_policy("some-org/some-model")
+    assert "tba-lab sft" not in str(err.value)
