@@ -6,6 +6,7 @@ from pathlib import Path
 
 
 def read_jsonl_rows(path: Path) -> list[dict]:
+    """Rows of a JSONL file, or ``[]`` when it does not exist (a run that stopped early)."""
     path = Path(path)
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 

@@ -11,14 +11,17 @@ What it does (Bartoldson et al., "Trajectory Balance with Asynchrony", arXiv 250
 * ``algo="grpo"``: group-normalised advantages and the PPO-clipped ratio against the behaviour
   log-probs the searcher's sampler recorded (Shao et al. 2024).
 * ``mode="async"``: the trainer never waits for generation once the buffer holds
-  ``buffer.initial_fill`` rollouts; data is up to about 2k-1 updates stale, and the measured
-  staleness (trainer updates minus the rollout's version) is logged per batch.
+  ``buffer.initial_fill`` rollouts. Fresh data is up to about 2k-1 updates stale; replayed data
+  can be older, bounded by ``buffer.max_prompts``. The measured staleness (trainer updates minus
+  the rollout's version) is logged per batch.
 * ``mode="sync"``: strict alternation with k = 1 through the same code: the searcher generates
   one batch per published version and the trainer trains on exactly that batch (on-policy).
 
 Departures from the paper's setup, stated plainly: a single trainer process on CPU (no
-DeepSpeed/FSDP), exact-match reward only, the buffer's recency mode instead of the reference
-code's queue-per-searcher, greedy accuracy on a synthetic task as the evaluation.
+DeepSpeed/FSDP), exact-match reward only, a replay buffer bounded in prompts
+(``buffer.max_prompts``), a learning rate decayed linearly to 0 over the budget
+(``training.lr_schedule``), searchers that also compute the reference log-probs, and greedy
+accuracy on a synthetic task as the evaluation.
 
 Outputs in ``output_dir``: ``metrics.jsonl`` (one object per update), ``eval.jsonl`` (held-out
 accuracy over time), ``summary.json``, ``config.yaml``, ``curves.png``, ``buffer.pt``, and the

@@ -78,6 +78,18 @@ class TransformersBackend:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_generations: int = 1,
                  temperature: float = 1.0, max_new_tokens: int = 48) -> Generations:
+        """Sample ``num_generations`` responses per prompt (``temperature == 0``: greedy).
+
+        Args:
+            prompts: N token-id lists (no padding), e.g. ``tokenizer(texts)["input_ids"]``.
+            num_generations: K responses per prompt.
+            temperature: sampling temperature (> 0), or 0 for greedy decoding.
+            max_new_tokens: response length cap, tokens.
+        Returns:
+            :class:`Generations` with N*K prompt-major rows.
+        Raises:
+            ValueError: empty ``prompts`` or an empty prompt.
+        """
         ids, mask = left_pad(prompts, self.pad_id)
         greedy = temperature == 0
         sampling = {} if greedy else dict(temperature=temperature, top_k=0, top_p=1.0)
