@@ -29,12 +29,14 @@ def plot_curves(run_dir: str | Path, path: str | Path | None = None):
     metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     if evals:
-        full = max(e["n"] for e in evals)
-        for n, style, label in ((full, "s", f"{full} problems"), (None, "o-", "interim subset")):
-            pts = [e for e in evals if (e["n"] == full) == (n is not None)]
-            if pts:
-                ax1.plot([e["wall_seconds"] for e in pts], [100 * e["accuracy"] for e in pts],
-                         style, label=f"{label}")
+        full = max(e["n"] for e in evals)  # before/after use the full set, interim a subset
+        interim = [e for e in evals if e["n"] != full]
+        if interim:
+            ax1.plot([e["wall_seconds"] for e in interim], [100 * e["accuracy"] for e in interim],
+                     "o-", color="C1", label="interim subset")
+        ends = [e for e in evals if e["n"] == full]
+        ax1.plot([e["wall_seconds"] for e in ends], [100 * e["accuracy"] for e in ends],
+                 "s", color="C0", label=f"{full} problems")
         ax1.legend(loc="lower right")
     ax1.set(xlabel="training wall-clock (s)", ylabel="held-out greedy accuracy (%)",
             title="Held-out accuracy")

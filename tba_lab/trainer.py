@@ -149,7 +149,7 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
     metrics_f = open(out / "metrics.jsonl", "w")
     eval_f = open(out / "eval.jsonl", "w")
     step, samples, stale_sum, stale_n, stale_max = 0, 0, 0, 0, 0
-    searcher_reward = float("nan")
+    searcher_reward = None  # mean reward of the newest generated rollouts
     t_start = time.time()
     bar = None
     # Ctrl-C and SIGTERM both end the run through the same saving path. SIGINT is set
@@ -221,7 +221,7 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
             row = {"step": step, "wall_seconds": round(time.time() - t_start, 3),
                    "loss": loss.item(), "reward_mean": reward_mean,
                    "staleness_mean": sum(staleness) / len(staleness), "staleness_max": max(staleness),
-                   "searcher_reward_mean": searcher_reward if math.isfinite(searcher_reward) else None,
+                   "searcher_reward_mean": searcher_reward,
                    "buffer_size": len(buffer), "samples_generated": samples,
                    "grad_norm": float(grad_norm), "lr": lr, **info}
             if step % cfg.log_every == 0:

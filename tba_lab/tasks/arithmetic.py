@@ -2,9 +2,8 @@
 
 Each problem is a dict ``{"question": str, "answer": str}`` exactly like a row of GSM8K
 (Cobbe et al. 2021): the answer is a short worked solution that ends with ``#### N``.
-Problems take two steps (for example ``a * b`` then ``- c``) with small integers (one- and
-two-digit), so a ~1M
-parameter model can learn the format quickly but makes arithmetic slips that RL can fix.
+Problems take two steps (for example ``a * b`` then ``- c``) with one- and two-digit integers,
+so a ~1M parameter model learns the format quickly but makes arithmetic slips that RL can fix.
 
 Departures from GSM8K: a fixed set of templates and a closed vocabulary (so the kit's word-level
 tokenizer covers every word), integer answers only, no calculator annotations (``<<a*b=c>>``).
