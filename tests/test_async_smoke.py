@@ -46,8 +46,11 @@ def _config(tmp_path, **overrides):
 
 def _child_pids() -> list[int]:
     """Processes whose parent is this test process, except multiprocessing's resource tracker
-    (a per-process helper that lives as long as its parent, by design) and ``ps`` itself."""
-    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(os.getpid())],
+    (a per-process helper that lives as long as its parent, by design) and ``ps`` itself.
+
+    ``-ww``: without it ps cuts ``args`` at ``$COLUMNS`` (CI sets it), and a long venv path
+    hides the resource tracker's module name."""
+    out = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(os.getpid())],
                          capture_output=True, text=True).stdout
     pids = []
     for line in out.splitlines():
@@ -63,7 +66,9 @@ def _assert_no_children():
     deadline = time.time() + 5  # a killed child may take a moment to be reaped
     while _child_pids() and time.time() < deadline:
         time.sleep(0.1)
-    assert _child_pids() == []
+    left = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--ppid", str(os.getpid())],
+                          capture_output=True, text=True).stdout
+    assert _child_pids() == [], f"child processes left:\n{left}"
 
 
 class _FreshDataLauncher(LocalLauncher):

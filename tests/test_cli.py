@@ -97,6 +97,6 @@ def test_ctrl_c_saves_everything_and_leaves_no_process(tmp_path):
     deadline = time.time() + 5
     while _group_alive(pgid) and time.time() < deadline:
         time.sleep(0.1)
-    left = subprocess.run(["ps", "-o", "pid=,args=", "--sid", str(pgid)], capture_output=True,
+    left = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--sid", str(pgid)], capture_output=True,
                           text=True).stdout
     assert not _group_alive(pgid), f"processes left in the group:\n{left}"
