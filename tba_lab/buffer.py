@@ -69,7 +69,8 @@ class Rollout:
     prompt_ids: list[int]  # prompt token ids (no padding)
     response_ids: list[int]  # response token ids incl. the terminating EOS if the model emitted it
     reward: float  # raw reward r(x, y) (NOT divided by beta; the trainer does that)
-    ref_token_logps: list[float]  # per-token log pi_ref of the response, len == len(response_ids)
+    ref_token_logps: list[float] | None  # per-token log pi_ref, len == len(response_ids); None when
+    #                                      the algorithm needs no reference (GRPO with beta 0)
     old_token_logps: list[float]  # per-token log-probs under the behaviour (generating) policy
     version: int  # policy version that generated it
     created: float = 0.0  # time.time() when generated (seconds)
@@ -83,10 +84,11 @@ def _check_rollout(r: Rollout) -> None:
             "fix the reward function (it must return a finite float) before pushing to the buffer"
         )
     n = len(r.response_ids)
-    if len(r.ref_token_logps) != n or len(r.old_token_logps) != n:
+    n_ref = n if r.ref_token_logps is None else len(r.ref_token_logps)
+    if n_ref != n or len(r.old_token_logps) != n:
         raise ValueError(
             f"rollout for prompt {r.prompt_id}: len(response_ids)={n} but "
-            f"len(ref_token_logps)={len(r.ref_token_logps)}, "
+            f"len(ref_token_logps)={n_ref}, "
             f"len(old_token_logps)={len(r.old_token_logps)}; score exactly the response tokens "
             "(one log-prob per response token, prompt excluded)"
         )

@@ -1,6 +1,7 @@
 """Command line: ``tba-lab {train,sft,eval}`` (also ``python -m tba_lab ...``).
 
-* ``tba-lab train``: asynchronous TBA (default) or GRPO, sync or async, on the embedded model.
+* ``tba-lab train``: asynchronous TBA (default) or a baseline (GRPO, Dr. GRPO, RLOO, online DPO),
+  sync or async, on the embedded model.
 * ``tba-lab sft``: rebuild the embedded task and tiny model under ``data/`` from a seed.
 * ``tba-lab eval``: greedy held-out accuracy of a saved policy.
 
@@ -67,6 +68,8 @@ def _eval(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tba_lab.config import ALGOS
+
     p = argparse.ArgumentParser(prog="tba-lab", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="RL post-training (async TBA by default)")
@@ -75,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-minutes", type=float, help="training wall-clock budget in minutes (default 9; evaluation before and after is extra)")
     t.add_argument("--max-steps", type=int, help="stop after this many trainer updates")
     t.add_argument("--seed", type=int)
-    t.add_argument("--algo", choices=["tb", "grpo"])
+    t.add_argument("--algo", choices=list(ALGOS), help="loss (default tb)")
     t.add_argument("--mode", choices=["async", "sync"])
     t.add_argument("--num-searchers", type=int)
     t.add_argument("--sync-period", type=int, help="k: publish weights every k updates")

@@ -56,6 +56,8 @@ class TBConfig:
     beta: float = 0.1                   # KL coefficient beta at the start (paper Eq. 2)
     beta_final: float | None = None     # annealed to this value (None = constant beta)
     beta_anneal_steps: int = 0          # over this many trainer updates, then constant
+    log_z: str = "vargrad"              # "vargrad": per-prompt estimate (Eq. 4); "learned": one scalar parameter
+    log_z_lr: float = 0.1               # AdamW learning rate of the learned log Z (torchgfn's usual 0.1)
 
 
 @dataclass
@@ -65,6 +67,17 @@ class GRPOConfig:
     loss_type: str = "grpo"             # "grpo" | "bnpo" | "dr_grpo" aggregation
     scale_rewards: str = "group"        # "group" | "batch" | "none" std division of advantages
     kl_estimator: str = "k3"            # "k1" | "k3"
+
+
+@dataclass
+class RLOOConfig:
+    beta: float = 0.05                  # KL coefficient, folded into the reward (TRL's RLOOConfig default)
+    epsilon: float = 0.2                # PPO clip range of the per-token ratio (off-policy data)
+
+
+@dataclass
+class OnlineDPOConfig:
+    beta: float = 0.1                   # DPO temperature beta (TRL's OnlineDPOConfig default)
 
 
 @dataclass
@@ -88,7 +101,7 @@ class AsyncConfig:
 
 @dataclass
 class RunConfig:
-    algo: str = "tb"                    # "tb" (trajectory balance, paper Eq. 5) | "grpo"
+    algo: str = "tb"                    # "tb" (paper Eq. 5) | "grpo" | "dr_grpo" | "rloo" | "online_dpo"
     output_dir: str = "runs/default"    # where metrics, summary, curves and the policy go
     max_minutes: float = 9.0            # training wall-clock budget, minutes (evaluation before/after extra)
     seed: int = 0                       # seeds the trainer, the searchers and the buffer
@@ -97,7 +110,9 @@ class RunConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
     tb: TBConfig = field(default_factory=TBConfig)
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)  # also dr_grpo (forces loss_type and scale_rewards)
+    rloo: RLOOConfig = field(default_factory=RLOOConfig)
+    online_dpo: OnlineDPOConfig = field(default_factory=OnlineDPOConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     async_: AsyncConfig = field(default_factory=AsyncConfig)
 
@@ -105,7 +120,14 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
-ALGOS = ("tb", "grpo")
+ALGOS = ("tb", "grpo", "dr_grpo", "rloo", "online_dpo")
+
+
+def needs_reference(algo: str, grpo_beta: float) -> bool:
+    """Whether the loss reads reference log-probs: TB (Eq. 3), RLOO (KL in the reward), online
+    DPO, and GRPO / Dr. GRPO only with a KL penalty (beta > 0). Searchers skip the reference
+    forward pass otherwise, as TRL does at beta 0."""
+    return algo in ("tb", "rloo", "online_dpo") or grpo_beta > 0
 
 
 def _typed(value, default, name: str):
@@ -201,6 +223,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     _check(cfg.tb.beta > 0, f"tb.beta={cfg.tb.beta}: the KL coefficient must be > 0")
     _check(cfg.tb.beta_final is None or cfg.tb.beta_final > 0, "tb.beta_final must be > 0 or null")
     _check(cfg.tb.beta_anneal_steps >= 0, "tb.beta_anneal_steps must be >= 0")
+    _check(cfg.tb.log_z in ("vargrad", "learned"), f"tb.log_z={cfg.tb.log_z!r}: choose vargrad or learned")
+    _check(cfg.tb.log_z_lr > 0, f"tb.log_z_lr={cfg.tb.log_z_lr}: must be > 0")
+    _check(cfg.rloo.beta >= 0 and cfg.rloo.epsilon >= 0, "rloo.beta and rloo.epsilon must be >= 0")
+    _check(cfg.online_dpo.beta > 0, f"online_dpo.beta={cfg.online_dpo.beta}: must be > 0")
     g = cfg.grpo
     _check(g.loss_type in ("grpo", "bnpo", "dr_grpo"), f"grpo.loss_type={g.loss_type!r}: "
                                                       f"choose grpo, bnpo or dr_grpo")

@@ -16,6 +16,10 @@ What is here (pure tensor functions, no model calls, all differentiable where th
 * The GRPO family (Shao et al. 2024, arXiv 2402.03300; Dr. GRPO, Liu et al. 2025,
   arXiv 2503.20783): ``group_advantages``, ``kl_penalty`` (Schulman's k1 / k3 estimators),
   ``grpo_loss`` with PPO clipping and the "grpo" / "bnpo" / "dr_grpo" aggregations.
+* RLOO (Ahmadian et al. 2024, arXiv 2402.14740; TBA paper's RLOO baseline, KL folded into the
+  reward as in its Eq. 6): ``rloo_advantages`` and ``rloo_loss``.
+* Online DPO (Guo et al. 2024, arXiv 2402.04792): ``dpo_pairs`` (best / worst response of each
+  group) and ``online_dpo_loss``.
 
 Layout convention (every function taking ``group_size``): a batch holds B prompts with
 K = ``group_size`` responses each, N = B * K rows, PROMPT-MAJOR: rows i*K .. i*K+K-1 belong to
@@ -26,7 +30,9 @@ Simplifications and choices, stated plainly:
 
 * log pi(y|x) is the SUM of masked token log-probs, never length-normalised (Eq. 3).
 * log Z_hat is estimated per prompt from the K rows in the batch with the CURRENT policy
-  (VarGrad) and detached; there is no learned log Z head. Because the estimate is the mean over
+  (VarGrad) and detached. ``trajectory_balance_loss(..., log_z=...)`` instead takes a learned
+  log Z (torchgfn's ``TBGFlowNet.logZ`` style); the trainer's learned option is ONE scalar
+  shared by all prompts, a deviation from the paper (log Z depends on x). Because the estimate is the mean over
   the same K rows, the gradient of the mean-reduced loss wrt log pi is the same with or without
   the stop-gradient (residuals sum to zero within a group); the detach makes the estimator
   explicit and keeps per-row gradients ('none' reduction) local to their row.
@@ -56,6 +62,10 @@ __all__ = [
     "group_advantages",
     "kl_penalty",
     "grpo_loss",
+    "rloo_advantages",
+    "rloo_loss",
+    "dpo_pairs",
+    "online_dpo_loss",
     "beta_schedule",
 ]
 
@@ -229,7 +239,8 @@ def vargrad_log_z(logps: torch.Tensor, ref_logps: torch.Tensor, rewards: torch.T
 
 
 def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, rewards: torch.Tensor,
-                            beta: float, group_size: int, reduction: str = "mean"):
+                            beta: float, group_size: int, reduction: str = "mean",
+                            log_z: torch.Tensor | None = None):
     """Trajectory balance loss with the VarGrad log Z (TBA Eqs. 3-5).
 
         residual_ij = sg[log Z_hat(x_i)] + log pi(y_ij|x_i) - log pi_ref(y_ij|x_i) - r_ij / beta
@@ -246,6 +257,9 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
         beta: current KL coefficient, > 0 (see ``beta_schedule``).
         group_size: K; N = B * K, prompt-major rows.
         reduction: 'mean' (Eq. 5), 'sum', or 'none' for the (N,) squared residuals.
+        log_z: None for the VarGrad estimate (Eq. 4, detached); or a learned log-partition,
+            a 0-dim tensor (one value for every prompt) or (B,) (one per prompt), which keeps
+            its grad so the loss trains it (Eq. 3 with a parameterised Z, as in torchgfn).
 
     Returns:
         (loss, info): loss is a 0-dim tensor ('mean'/'sum') or (N,) ('none'); info is a dict of
@@ -255,7 +269,7 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
 
     Raises:
         ValueError: shapes differ or are not 1-D; non-finite rewards; group_size < 1 or
-            N % group_size != 0; beta <= 0; unknown reduction.
+            N % group_size != 0; beta <= 0; unknown reduction; log_z neither 0-dim nor (B,).
     """
     if reduction not in TB_REDUCTIONS:
         raise ValueError(f"reduction must be one of {TB_REDUCTIONS}, got {reduction!r}")
@@ -267,7 +281,15 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
             "usually mean a broken reward function (e.g. log of 0, a failed parse returning NaN)"
         )
     rewards = rewards.to(logps.dtype)
-    log_z = vargrad_log_z(logps, ref_logps, rewards, beta, group_size)     # (B,), detached
+    b = _check_group_layout(logps.shape[0], group_size)
+    if log_z is None:
+        log_z = vargrad_log_z(logps, ref_logps, rewards, beta, group_size)  # (B,), detached
+    else:
+        beta = _check_beta(beta)
+        if log_z.dim() == 0:
+            log_z = log_z.expand(b)
+        if tuple(log_z.shape) != (b,):
+            raise ValueError(f"log_z must be 0-dim or ({b},) (one per prompt), got {tuple(log_z.shape)}")
     beta = float(beta)
     log_ratio = logps - ref_logps                                          # (N,)
     residual = log_z.repeat_interleave(group_size) + log_ratio - rewards / beta  # (N,)
@@ -279,7 +301,7 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
     else:
         loss = sq
     info = {
-        "log_z": log_z.mean().item(),
+        "log_z": log_z.detach().mean().item(),
         "residual_abs_mean": residual.detach().abs().mean().item(),
         "kl": log_ratio.detach().mean().item(),
     }
@@ -484,4 +506,154 @@ def grpo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, ref_toke
             "kl": masked_mean(kl, mask).item() if kl is not None else float("nan"),
             "ratio_mean": masked_mean(ratio, mask).item(),
         }
+    return loss, info
+
+
+# ----------------------------------------------------------------------------------------------
+# RLOO
+# ----------------------------------------------------------------------------------------------
+
+def rloo_advantages(rewards: torch.Tensor, group_size: int, kl: torch.Tensor | None = None,
+                    beta: float = 0.0) -> torch.Tensor:
+    """Leave-one-out advantages with the KL folded into the reward (RLOO, Ahmadian et al. 2024;
+    TBA paper Eq. 6).
+
+        R_ij = r_ij - beta * kl_ij                       (shaped reward; kl is data, detached)
+        A_ij = R_ij - 1/(K-1) * sum_{l != j} R_il  =  K/(K-1) * (R_ij - mean_l R_il)
+
+    ``kl_ij`` is the sequence-level log pi_behaviour(y|x) - log pi_ref(y|x) of each rollout
+    (what the sampler's policy paid in KL), as in TRL's RLOO. A group whose shaped rewards are
+    all equal gets advantage EXACTLY 0 (set explicitly, as in ``group_advantages``).
+
+    Args:
+        rewards: (N,) raw rewards, N = B * K prompt-major.
+        group_size: K >= 2 (the leave-one-out mean needs another sample).
+        kl: (N,) sequence KL estimates, or None (no shaping).
+        beta: KL coefficient, >= 0.
+
+    Returns:
+        (N,) advantages, float dtype of rewards (float32 for integer/bool rewards), detached.
+
+    Raises:
+        ValueError: rewards not 1-D, group_size < 2, N % group_size != 0, beta < 0, kl shape.
+    """
+    rewards = torch.as_tensor(rewards)
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
+    b = _check_group_layout(rewards.shape[0], group_size)
+    if group_size < 2:
+        raise ValueError(f"group_size={group_size}: RLOO's leave-one-out baseline needs K >= 2")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta!r}")
+    shaped = rewards.detach()
+    if kl is not None and beta != 0:
+        _check_same_shape(rewards=rewards, kl=kl)
+        shaped = shaped - beta * kl.detach().to(shaped.dtype)
+    grouped = shaped.view(b, group_size)                                   # (B, K)
+    loo_mean = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+    adv = grouped - loo_mean
+    all_equal = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(all_equal, torch.zeros_like(adv), adv).reshape(-1)  # (N,)
+
+
+def rloo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, advantages: torch.Tensor,
+              mask: torch.Tensor, clip_eps: float = 0.2):
+    """RLOO policy-gradient loss: REINFORCE on the whole response, PPO-clipped off-policy.
+
+        loss = -1/N * sum_i sum_t min(ratio_it * A_i, clip(ratio_it, 1-eps, 1+eps) * A_i)
+
+    On-policy (ratio 1) its gradient is -1/N sum_i A_i grad log pi(y_i|x_i), the RLOO estimator
+    with the SEQUENCE log-prob (no length normalisation). Off-policy the per-token ratio against
+    the behaviour log-probs is clipped as in PPO, the usual way RLOO is run asynchronously
+    (Noukhovitch et al. 2024). It is ``grpo_loss`` with beta 0 (the KL is already in the reward)
+    and ``loss_type='dr_grpo'`` with normaliser 1, i.e. one code path for the clipped surrogate.
+
+    Args:
+        token_logps: (N, T) current-policy token log-probs (with grad).
+        old_token_logps: (N, T) behaviour-policy token log-probs (data).
+        advantages: (N,) from ``rloo_advantages``.
+        mask: (N, T) response mask.
+        clip_eps: PPO clip range, >= 0.
+
+    Returns:
+        (loss, info) as ``grpo_loss`` (info 'kl' is NaN: the KL lives in the reward).
+
+    Raises:
+        ValueError: as ``grpo_loss``.
+    """
+    return grpo_loss(token_logps, old_token_logps, None, advantages, mask, clip_eps=clip_eps,
+                     beta=0.0, loss_type="dr_grpo", max_completion_length=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Online DPO
+# ----------------------------------------------------------------------------------------------
+
+def dpo_pairs(rewards: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Preference pairs for online DPO: in each group the best response is chosen, the worst
+    rejected (first index on ties). Groups whose rewards are all equal give NO pair (no
+    preference, so no gradient), the DPO counterpart of a zero advantage.
+
+    Args:
+        rewards: (N,) rewards, N = B * K prompt-major.
+        group_size: K >= 2.
+
+    Returns:
+        (chosen, rejected): two (P,) long tensors of row indices, P <= B.
+
+    Raises:
+        ValueError: rewards not 1-D, group_size < 2 or N % group_size != 0.
+    """
+    rewards = torch.as_tensor(rewards)
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
+    b = _check_group_layout(rewards.shape[0], group_size)
+    if group_size < 2:
+        raise ValueError(f"group_size={group_size}: a preference pair needs K >= 2")
+    grouped = rewards.view(b, group_size)
+    has_pair = grouped.max(dim=1).values > grouped.min(dim=1).values      # (B,)
+    offset = torch.arange(b) * group_size
+    chosen = (grouped.argmax(dim=1) + offset)[has_pair]
+    rejected = (grouped.argmin(dim=1) + offset)[has_pair]
+    return chosen, rejected
+
+
+def online_dpo_loss(logps: torch.Tensor, ref_logps: torch.Tensor, rewards: torch.Tensor,
+                    beta: float, group_size: int):
+    """Online DPO on the best / worst response of each group (Rafailov et al. 2023 Eq. 7 on
+    pairs drawn from the policy's own samples, as in Guo et al. 2024).
+
+        h_p  = (log pi - log pi_ref)(y_w) - (log pi - log pi_ref)(y_l)     (sequence log-probs)
+        loss = mean_p -log sigmoid(beta * h_p)
+
+    Args:
+        logps: (N,) sequence log-probs under the current policy (with grad).
+        ref_logps: (N,) reference sequence log-probs (data).
+        rewards: (N,) rewards, used only to pick the pairs (``dpo_pairs``).
+        beta: DPO temperature, > 0.
+        group_size: K >= 2.
+
+    Returns:
+        (loss, info): a 0-dim loss (exactly 0, still connected to ``logps``, when no group has a
+        pair); info floats 'pairs' (P), 'margin' (mean beta * h_p) and 'pair_accuracy'
+        (fraction with h_p > 0); NaN for the last two when P = 0.
+
+    Raises:
+        ValueError: shapes differ or are not 1-D; beta <= 0; group layout as ``dpo_pairs``.
+    """
+    beta = _check_beta(beta)
+    rewards = torch.as_tensor(rewards, device=logps.device)
+    _check_same_shape(logps=logps, ref_logps=ref_logps, rewards=rewards)
+    if logps.dim() != 1:
+        raise ValueError(f"logps must be 1-D (N,) sequence log-probs, got shape {tuple(logps.shape)}")
+    chosen, rejected = dpo_pairs(rewards, group_size)
+    if chosen.numel() == 0:
+        return logps.sum() * 0.0, {"pairs": 0.0, "margin": float("nan"), "pair_accuracy": float("nan")}
+    log_ratio = logps - ref_logps.detach()
+    h = log_ratio[chosen] - log_ratio[rejected]                             # (P,)
+    loss = -F.logsigmoid(beta * h).mean()
+    info = {"pairs": float(chosen.numel()), "margin": (beta * h).detach().mean().item(),
+            "pair_accuracy": (h > 0).float().mean().item()}
     return loss, info

@@ -9,7 +9,8 @@ What it does (Bartoldson et al., "Trajectory Balance with Asynchrony", arXiv 250
 * ``algo="tb"``: trajectory balance with the VarGrad log Z (Eq. 3-5). Rewards are stored raw and
   divided by the CURRENT (annealed) beta here; reference log-probs come with each rollout.
 * ``algo="grpo"``: group-normalised advantages and the PPO-clipped ratio against the behaviour
-  log-probs the searcher's sampler recorded (Shao et al. 2024).
+  log-probs the searcher's sampler recorded (Shao et al. 2024). ``dr_grpo``, ``rloo`` and
+  ``online_dpo`` are the other baselines, all in ``compute_loss`` on the same log-prob code.
 * ``mode="async"``: the trainer never waits for generation once the buffer holds
   ``buffer.initial_fill`` rollouts. Fresh data is up to about 2k-1 updates stale; replayed data
   can be older, bounded by ``buffer.max_prompts``. The measured staleness (trainer updates minus
@@ -40,9 +41,9 @@ from pathlib import Path
 import torch
 
 from tba_lab.buffer import ReplayBuffer, Rollout
-from tba_lab.config import RunConfig
-from tba_lab.losses import (beta_schedule, group_advantages, grpo_loss, sequence_logprobs,
-                            trajectory_balance_loss)
+from tba_lab.config import RunConfig, needs_reference
+from tba_lab.losses import (beta_schedule, group_advantages, grpo_loss, online_dpo_loss,
+                            rloo_advantages, rloo_loss, sequence_logprobs, trajectory_balance_loss)
 from tba_lab.rollout.scoring import response_logprobs
 
 
@@ -54,18 +55,32 @@ def _pad(rows: list[list[float]], width: int) -> torch.Tensor:
 
 
 def current_beta(cfg: RunConfig, step: int) -> float:
-    """KL coefficient in force at trainer update ``step`` (TB: annealed; GRPO: constant)."""
+    """KL coefficient (DPO: temperature) in force at trainer update ``step``; TB's is annealed
+    (``beta_schedule``), the baselines' are constant."""
     if cfg.algo == "tb":
         final = cfg.tb.beta if cfg.tb.beta_final is None else cfg.tb.beta_final
         return beta_schedule(step, cfg.tb.beta, final, cfg.tb.beta_anneal_steps)
-    return cfg.grpo.beta
+    return {"grpo": cfg.grpo.beta, "dr_grpo": cfg.grpo.beta, "rloo": cfg.rloo.beta,
+            "online_dpo": cfg.online_dpo.beta}[cfg.algo]
 
 
-def compute_loss(cfg: RunConfig, model, batch: list[Rollout], pad_id: int, step: int):
+def compute_loss(cfg: RunConfig, model, batch: list[Rollout], pad_id: int, step: int,
+                 log_z: torch.Tensor | None = None):
     """Loss of one prompt-major batch of B*K rollouts under the current ``model``.
 
+    Every algorithm starts from the same temperature-scaled token log-probs and response mask
+    (``response_logprobs``); the reference and behaviour log-probs come with each rollout.
+
+    * tb: ``trajectory_balance_loss`` (Eq. 5); ``log_z`` is the learned scalar when
+      ``tb.log_z == "learned"``, else None (VarGrad, Eq. 4).
+    * grpo: ``group_advantages`` + ``grpo_loss`` with the options of ``cfg.grpo``.
+    * dr_grpo: the same with ``scale_rewards="none"`` and ``loss_type="dr_grpo"`` forced.
+    * rloo: ``rloo_advantages`` on rewards minus beta * (behaviour - reference) sequence
+      log-prob, then ``rloo_loss``.
+    * online_dpo: ``online_dpo_loss`` on each group's best / worst response.
+
     Returns:
-        (loss, info): scalar tensor with grad, and a dict of floats for logging.
+        (loss, info): scalar tensor with grad, and a dict of finite floats for logging.
     """
     K = cfg.training.num_generations
     prompts = [r.prompt_ids for r in batch]
@@ -74,19 +89,34 @@ def compute_loss(cfg: RunConfig, model, batch: list[Rollout], pad_id: int, step:
                                           cfg.model.temperature)  # (N, R), (N, R)
     rewards = torch.tensor([r.reward for r in batch], dtype=torch.float32)  # (N,)
     beta = current_beta(cfg, step)
+    if needs_reference(cfg.algo, cfg.grpo.beta) and any(r.ref_token_logps is None for r in batch):
+        raise ValueError(f"algo={cfg.algo!r} needs reference log-probs but these rollouts carry "
+                         "none (they come from a run without a reference: GRPO with grpo.beta 0); "
+                         "generate them with this config or start with an empty buffer")
+    ref_seq = (torch.tensor([sum(r.ref_token_logps) for r in batch], dtype=torch.float32)
+               if needs_reference(cfg.algo, cfg.grpo.beta) else None)  # (N,)
     if cfg.algo == "tb":
-        ref = torch.tensor([sum(r.ref_token_logps) for r in batch], dtype=torch.float32)  # (N,)
-        loss, info = trajectory_balance_loss(sequence_logprobs(token_logps, mask), ref, rewards,
-                                             beta, K)
+        loss, info = trajectory_balance_loss(sequence_logprobs(token_logps, mask), ref_seq,
+                                             rewards, beta, K, log_z=log_z)
+    elif cfg.algo == "online_dpo":
+        loss, info = online_dpo_loss(sequence_logprobs(token_logps, mask), ref_seq, rewards, beta, K)
     else:
-        g = cfg.grpo
         R = mask.shape[1]
-        adv = group_advantages(rewards, K, g.scale_rewards)  # (N,)
-        old = _pad([r.old_token_logps for r in batch], R)
-        ref = _pad([r.ref_token_logps for r in batch], R) if g.beta > 0 else None
-        loss, info = grpo_loss(token_logps, old, ref, adv, mask, clip_eps=g.epsilon, beta=g.beta,
-                               kl_estimator=g.kl_estimator, loss_type=g.loss_type,
-                               max_completion_length=cfg.model.max_new_tokens)
+        old = _pad([r.old_token_logps for r in batch], R)  # behaviour policy, (N, R)
+        if cfg.algo == "rloo":
+            kl = torch.tensor([sum(r.old_token_logps) for r in batch]) - ref_seq  # (N,)
+            adv = rloo_advantages(rewards, K, kl=kl, beta=beta)
+            loss, info = rloo_loss(token_logps, old, adv, mask, clip_eps=cfg.rloo.epsilon)
+            info["kl"] = kl.mean().item()
+        else:
+            g = cfg.grpo
+            dr = cfg.algo == "dr_grpo"
+            adv = group_advantages(rewards, K, "none" if dr else g.scale_rewards)  # (N,)
+            ref = _pad([r.ref_token_logps for r in batch], R) if g.beta > 0 else None
+            loss, info = grpo_loss(token_logps, old, ref, adv, mask, clip_eps=g.epsilon, beta=g.beta,
+                                   kl_estimator=g.kl_estimator,
+                                   loss_type="dr_grpo" if dr else g.loss_type,
+                                   max_completion_length=cfg.model.max_new_tokens)
     info = {k: v for k, v in info.items() if isinstance(v, float) and math.isfinite(v)}
     info["beta"] = beta
     return loss, info
@@ -139,7 +169,12 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
     buffer = ReplayBuffer(cfg.buffer.capacity_per_prompt, cfg.buffer.recency_prob,
                           cfg.buffer.inv_temp, seed=cfg.seed,
                           max_prompts=cfg.buffer.max_prompts or None)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.training.learning_rate,
+    groups = [{"params": list(model.parameters()), "base_lr": cfg.training.learning_rate}]
+    log_z = None  # learned log-partition (tb.log_z == "learned"): one scalar for all prompts
+    if cfg.algo == "tb" and cfg.tb.log_z == "learned":
+        log_z = torch.nn.Parameter(torch.zeros(()))
+        groups.append({"params": [log_z], "base_lr": cfg.tb.log_z_lr, "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups, lr=cfg.training.learning_rate,
                             weight_decay=cfg.training.weight_decay)
     launcher = LocalLauncher(cfg, model)
     summary: dict = {"algo": cfg.algo, "mode": cfg.async_.mode, "seed": cfg.seed,
@@ -174,6 +209,8 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
         bar = tqdm(total=cfg.training.max_steps or None, disable=not progress, unit="step",
                    desc=f"{cfg.algo}/{cfg.async_.mode}")
         fresh: list[Rollout] = []  # sync mode: the batch generated by the current version
+        t_free = time.time()  # when the trainer last finished an update (for wait_seconds)
+        searcher_timing: dict = {}  # gen/score seconds of the newest searcher batch
         while time.time() < deadline and not (cfg.training.max_steps and step >= cfg.training.max_steps):
             # 1. Drain everything the searchers produced into the replay buffer.
             msgs = launcher.poll(timeout=0.05 if (sync or len(buffer) < cfg.buffer.initial_fill) else 0.0)
@@ -181,6 +218,9 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
             if fresh_rewards:  # what the searchers' current policy earns (on-policy reward)
                 searcher_reward = sum(fresh_rewards) / len(fresh_rewards)
             for msg in msgs:
+                if msg["kind"] == "rollouts":
+                    searcher_timing = {"gen_seconds": msg["gen_seconds"],
+                                       "score_seconds": msg["score_seconds"]}
                 if msg["kind"] == "error":
                     raise RuntimeError(f"searcher {msg['searcher_id']} failed:\n{msg['traceback']}")
                 buffer.add(msg["rollouts"])
@@ -199,13 +239,15 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
                     continue
                 batch = buffer.sample(cfg.training.num_prompts_per_step, cfg.training.num_generations)
             # 3. One optimizer update.
-            lr = cfg.training.learning_rate * lr_factor(cfg, step, time.time() - t_start)
+            t_ready = time.time()
+            factor = lr_factor(cfg, step, time.time() - t_start)
+            lr = cfg.training.learning_rate * factor
             for group in opt.param_groups:
-                group["lr"] = lr
-            loss, info = compute_loss(cfg, model, batch, tokenizer.pad_token_id, step)
+                group["lr"] = group["base_lr"] * factor
+            loss, info = compute_loss(cfg, model, batch, tokenizer.pad_token_id, step, log_z)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(
+            grad_norm = torch.nn.utils.clip_grad_norm_(  # the policy's; log Z is not clipped
                 model.parameters(), cfg.training.max_grad_norm or float("inf"))
             opt.step()
             staleness = ReplayBuffer.staleness(batch, step)
@@ -214,6 +256,7 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
             if step % cfg.async_.sync_period == 0:
                 launcher.publish(model, step)
                 buffer.mark_sync()
+            t_free, wait_seconds = time.time(), t_ready - t_free
             stale_sum += sum(staleness)
             stale_n += len(staleness)
             stale_max = max(stale_max, max(staleness))
@@ -223,7 +266,9 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
                    "staleness_mean": sum(staleness) / len(staleness), "staleness_max": max(staleness),
                    "searcher_reward_mean": searcher_reward,
                    "buffer_size": len(buffer), "samples_generated": samples,
-                   "grad_norm": float(grad_norm), "lr": lr, **info}
+                   "grad_norm": float(grad_norm), "lr": lr,
+                   "wait_seconds": round(wait_seconds, 4), "update_seconds": round(t_free - t_ready, 4),
+                   **searcher_timing, **info}
             if step % cfg.log_every == 0:
                 metrics_f.write(json.dumps(row) + "\n")
                 metrics_f.flush()
@@ -239,6 +284,7 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
                 eval_f.flush()
                 bar.write(f"step {step}: held-out accuracy {acc:.3f} ({len(interim_set)} problems)")
                 next_eval = time.time() + cfg.task.eval_every_seconds
+                t_free = time.time()  # evaluation is not waiting for data
         launcher.stop()
         summary["wall_seconds"] = round(time.time() - t_start, 1)
         summary["accuracy_after"] = greedy_accuracy(model, tokenizer, eval_set)
@@ -260,6 +306,8 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
                        staleness_mean=(stale_sum / stale_n) if stale_n else None,
                        staleness_max=stale_max if stale_n else None,
                        updates_per_minute=round(60 * step / max(summary["wall_seconds"], 1e-9), 2))
+        if log_z is not None:
+            summary["learned_log_z"] = log_z.item()
         metrics_f.close()
         eval_f.close()
         model.save_pretrained(out / "policy")

@@ -97,6 +97,11 @@ def test_sampler_logprobs_match_scoring(tiny):
         assert len(gen.token_logps[i]) == len(r)
         torch.testing.assert_close(torch.tensor(gen.token_logps[i]), logps[i, :len(r)],
                                    atol=1e-4, rtol=1e-4)
+    # scoring without the temperature (T = 1) describes another distribution: ratio != 1
+    with torch.no_grad():
+        wrong, _ = response_logprobs(model, rows, gen.responses, tok.pad_token_id, 1.0)
+    sampled = torch.cat([torch.tensor(t) for t in gen.token_logps])
+    assert (torch.cat([wrong[i, :len(r)] for i, r in enumerate(gen.responses)]) - sampled).abs().max() > 0.01
 
 
 def test_greedy_generation_matches_naive_loop(tiny):
@@ -143,3 +148,54 @@ def test_load_policy_treats_org_slash_name_as_hub_id():
     with pytest.raises(OSError) as err:
         load_policy("some-org/some-model")
     assert "tba-lab sft" not in str(err.value)
+
+
+def test_shared_prompt_scoring_matches_full_rows_values_and_gradients(tiny):
+    """Prompt sharing (one prompt pass per group) gives the full-row log-probs and gradients."""
+    model, tok, train = tiny
+    k = 3
+    prompts = [tok(format_prompt(r["question"]))["input_ids"] for r in train[:3]]
+    assert len({len(p) for p in prompts}) > 1  # different lengths: left padding is exercised
+    rows = [prompts[i // k] for i in range(3 * k)]
+    eos = tok.eos_token_id
+    responses = [[7, 8, eos], [9], [10, 11, 12, 13], [7], [8, 9, eos], [5, 5], [6], [7, 7, 7, 7, 7], [eos]]
+    grads = []
+    for share in (True, False):
+        model.zero_grad()
+        logps, mask = response_logprobs(model, rows, responses, tok.pad_token_id, 0.6,
+                                        share_prompts=share)
+        (logps.sum(dim=1) * torch.arange(1.0, 10.0)).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        if share:
+            shared, shared_mask = logps.detach(), mask
+        else:
+            torch.testing.assert_close(shared, logps.detach(), atol=1e-5, rtol=1e-5)
+            assert torch.equal(shared_mask, mask)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    for i in (0, 4, 8):  # against the one-sequence-at-a-time reference too
+        torch.testing.assert_close(shared[i, :len(responses[i])],
+                                   torch.tensor(_loop_logps(model, rows[i], responses[i], 0.6)),
+                                   atol=1e-5, rtol=1e-5)
+    model.zero_grad()
+
+
+def test_shared_prefill_generation_matches_plain_generate(tiny):
+    """The shared-prefill path continues exactly where a full prefill would: greedy responses
+    are identical, and sampled behaviour log-probs agree with a fresh forward pass (above)."""
+    model, tok, train = tiny
+    prompts = [tok(format_prompt(r["question"]))["input_ids"] for r in train[:4]]
+    shared = TransformersBackend(model, tok).generate(prompts, 2, temperature=0.0, max_new_tokens=10)
+    plain = TransformersBackend(model, tok).generate(prompts, 1, temperature=0.0, max_new_tokens=10)
+    assert shared.responses == [r for r in plain.responses for _ in range(2)]
+    assert len({len(p) for p in prompts}) > 1  # left padding is exercised
+    torch.manual_seed(3)
+    a = TransformersBackend(model, tok).generate(prompts, 3, temperature=1.0, max_new_tokens=10)
+    torch.manual_seed(3)
+    b = TransformersBackend(model, tok, share_prompts=False).generate(prompts, 3, temperature=1.0,
+                                                                     max_new_tokens=10)
+    same = sum(x == y for x, y in zip(a.responses, b.responses))
+    assert same >= 10  # same seed, same distribution: (nearly) the same draws
+    for x, y, lx, ly in zip(a.responses, b.responses, a.token_logps, b.token_logps):
+        if x == y:
+            torch.testing.assert_close(torch.tensor(lx), torch.tensor(ly), atol=1e-4, rtol=1e-4)

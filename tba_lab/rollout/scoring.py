@@ -39,19 +39,76 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
     return input_ids, attention_mask, r_mask, p_ids.shape[1]
 
 
+def _cache_kwarg(model) -> str:
+    """Name of the key/value-cache argument and output field of ``model.forward``: newer
+    transformers call it ``cache``, older ones ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                      temperature: float = 1.0):
+                      temperature: float = 1.0, share_prompts: bool = True):
     """Per-token log-probs of each response under ``model`` at ``temperature``.
 
     Gradients flow when called outside ``torch.no_grad()``.
 
+    With ``share_prompts`` (default), rows that repeat a prompt (a group of K responses) run
+    the prompt through the model ONCE: its key/value cache is computed for the U distinct
+    prompts, gathered to the N rows (``index_select``, so gradients reach the prompt pass), and
+    only the responses are run on top. Same log-probs as the full forward (up to float
+    rounding) for about (U * P + N * R) / (N * (P + R)) of the compute: half on the embedded
+    task, where prompts (~34 tokens) are longer than answers. TRL and the TBA reference code
+    run every row in full.
+
+    Args:
+        model: a transformers causal LM.
+        prompts: N token-id lists (no padding); equal lists are shared.
+        responses: N non-empty token-id lists (the terminating EOS included, if any).
+        pad_id: padding token id (may equal EOS: the mask, not the id, marks padding).
+        temperature: the sampling temperature (> 0) the responses were drawn at.
+        share_prompts: False runs every row in full (the reference path the tests compare to).
+
     Returns:
-        token_logps (N, R) float32 (0 where masked) and response_mask (N, R) bool.
+        token_logps (N, R) float32 (0 where masked) and response_mask (N, R) bool,
+        R = the longest response.
+
+    Raises:
+        ValueError: as :func:`collate`, or temperature <= 0.
     """
-    input_ids, attention_mask, r_mask, P = collate(prompts, responses, pad_id)
+    keys = [tuple(p) for p in prompts]
+    unique = list(dict.fromkeys(keys))
+    if not share_prompts or len(unique) == len(keys):
+        input_ids, attention_mask, r_mask, P = collate(prompts, responses, pad_id)
+        R = r_mask.shape[1]
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                       use_cache=False, logits_to_keep=R + 1).logits  # (N, R+1, V): P-1 .. P+R-1
+        logps = token_logprobs(logits[:, :R].float(), input_ids[:, P:], temperature)  # (N, R)
+        return logps * r_mask, r_mask
+
+    if len(prompts) != len(responses):
+        raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    where = {k: i for i, k in enumerate(unique)}
+    rows = torch.tensor([where[k] for k in keys], dtype=torch.long)      # (N,) row -> prompt
+    p_ids, p_mask = left_pad([list(k) for k in unique], pad_id)           # (U, P)
+    out = model(input_ids=p_ids, attention_mask=p_mask,
+                position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0), use_cache=True, logits_to_keep=1)
+    cache_kw = _cache_kwarg(model)  # "cache" (transformers >= 5.2x) or "past_key_values"
+    cache = getattr(out, cache_kw)
+    cache.reorder_cache(rows)                                            # (U, ...) -> (N, ...)
+    first = out.logits[:, -1][rows]                                      # (N, V): predicts token 0
+    _, _, r_mask, _ = collate([[0]] * len(responses), responses, pad_id)  # (N, R) response mask
     R = r_mask.shape[1]
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   logits_to_keep=R + 1).logits  # (N, R+1, V): positions P-1 .. P+R-1
-    logps = token_logprobs(logits[:, :R].float(), input_ids[:, P:], temperature)  # (N, R)
+    r_ids = torch.full((len(responses), R), pad_id, dtype=torch.long)
+    for i, r in enumerate(responses):
+        r_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    pm = p_mask[rows]                                                    # (N, P)
+    position_ids = pm.sum(-1, keepdim=True) + torch.arange(R)            # continue after the prompt
+    logits = first.unsqueeze(1)
+    if R > 1:
+        rest = model(input_ids=r_ids[:, :-1], attention_mask=torch.cat([pm, r_mask[:, :-1].long()], 1),
+                     position_ids=position_ids[:, :-1], use_cache=True, **{cache_kw: cache}).logits
+        logits = torch.cat([logits, rest], dim=1)                        # (N, R, V)
+    logps = token_logprobs(logits.float(), r_ids, temperature)           # (N, R)
     return logps * r_mask, r_mask

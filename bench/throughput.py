@@ -1,0 +1,141 @@
+"""Where the time goes on this machine: generation throughput and the trainer's step split.
+
+    python bench/throughput.py [--threads 2] [--batch-sizes 64 128 256 512]
+
+* Generation: ``TransformersBackend.generate`` on the embedded model at T = 0.6, up to 40 new
+  tokens, for several batch sizes (rows = prompts x K). Throughput is generated response tokens
+  (EOS included, padding after EOS excluded) per second of wall clock.
+* Trainer step: one TB update on a B x K = 16 x 8 batch of real rollouts, split into forward
+  (log-probs of the batch + loss), backward, and optimizer (clip + AdamW), median of repeats.
+
+Medians over repeats, measured in this one process; numbers depend on the machine and on what
+else runs, so compare the ratios printed side by side, not absolute seconds across machines.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tba_lab.buffer import Rollout  # noqa: E402
+from tba_lab.config import from_dict  # noqa: E402
+from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR, load_policy  # noqa: E402
+from tba_lab.rollout.backend import TransformersBackend  # noqa: E402
+from tba_lab.rollout.scoring import response_logprobs  # noqa: E402
+from tba_lab.tasks import format_prompt  # noqa: E402
+from tba_lab.tasks.gsm8k import exact_match_reward, read_jsonl  # noqa: E402
+from tba_lab.trainer import compute_loss  # noqa: E402
+
+
+def _prompts(tokenizer, n: int) -> list[dict]:
+    rows = read_jsonl(DEFAULT_TASK_DIR / "train.jsonl")[:n]
+    return rows, [tokenizer(format_prompt(r["question"]))["input_ids"] for r in rows]
+
+
+def generation_throughput(batch_sizes=(64, 128, 256, 512), num_generations: int = 8,
+                          max_new_tokens: int = 40, repeats: int = 2) -> list[dict]:
+    """Tokens per second of ``TransformersBackend.generate`` at each batch size (rows).
+
+    Returns:
+        one dict per batch size: ``batch`` (rows), ``seconds`` (median per call),
+        ``tokens`` (generated tokens per call), ``tokens_per_s``, ``rows_per_s``.
+    """
+    model, tok = load_policy(DEFAULT_MODEL_DIR)
+    model.eval()
+    backend = TransformersBackend(model, tok)
+    out = []
+    for rows in batch_sizes:
+        _, prompts = _prompts(tok, max(1, rows // num_generations))
+        times, tokens = [], 0
+        for i in range(repeats + 1):
+            torch.manual_seed(i)
+            t0 = time.perf_counter()
+            gen = backend.generate(prompts, num_generations, temperature=0.6,
+                                   max_new_tokens=max_new_tokens)
+            if i:  # the first call warms up
+                times.append(time.perf_counter() - t0)
+                tokens = sum(len(r) for r in gen.responses)
+        s = statistics.median(times)
+        out.append({"batch": rows, "seconds": round(s, 3), "tokens": tokens,
+                    "tokens_per_s": round(tokens / s, 1), "rows_per_s": round(rows / s, 1)})
+    return out
+
+
+def step_time_split(num_prompts: int = 16, num_generations: int = 8, algo: str = "tb",
+                    repeats: int = 5) -> dict:
+    """Median seconds of the trainer's forward (log-probs + loss), backward and optimizer step
+    on one real B x K batch (sampled at T = 0.6 from the embedded model)."""
+    model, tok = load_policy(DEFAULT_MODEL_DIR)
+    rows, prompts = _prompts(tok, num_prompts)
+    model.eval()
+    torch.manual_seed(0)
+    gen = TransformersBackend(model, tok).generate(prompts, num_generations, temperature=0.6,
+                                                    max_new_tokens=40)
+    rep = [i // num_generations for i in range(len(gen.responses))]
+    with torch.no_grad():
+        ref, _ = response_logprobs(model, [prompts[i] for i in rep], gen.responses,
+                                   tok.pad_token_id, 0.6)
+    batch = [Rollout(prompt_id=rep[j], prompt_ids=prompts[rep[j]], response_ids=r,
+                     reward=exact_match_reward(tok.decode(r, skip_special_tokens=True),
+                                               rows[rep[j]]["answer"]),
+                     ref_token_logps=ref[j, :len(r)].tolist(), old_token_logps=gen.token_logps[j],
+                     version=0) for j, r in enumerate(gen.responses)]
+    cfg = from_dict({"algo": algo, "training": {"num_prompts_per_step": num_prompts,
+                                                "num_generations": num_generations}})
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    parts = {"forward": [], "backward": [], "optimizer": []}
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        loss, _ = compute_loss(cfg, model, batch, tok.pad_token_id, step=0)
+        t1 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        t2 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        t3 = time.perf_counter()
+        if i:
+            parts["forward"].append(t1 - t0)
+            parts["backward"].append(t2 - t1)
+            parts["optimizer"].append(t3 - t2)
+    med = {k: statistics.median(v) for k, v in parts.items()}
+    total = sum(med.values())
+    return {"rows": len(batch), "response_tokens": sum(len(r) for r in gen.responses),
+            **{f"{k}_s": round(v, 4) for k, v in med.items()},
+            **{f"{k}_share": round(v / total, 3) for k, v in med.items()}, "total_s": round(total, 4)}
+
+
+def print_report(gen_rows: list[dict], split: dict) -> str:
+    lines = ["Generation throughput (TransformersBackend, T=0.6, <= 40 new tokens):",
+             "| batch (rows) | s per call | tokens | tokens/s | rows/s |", "|---|---|---|---|---|"]
+    lines += [f"| {r['batch']} | {r['seconds']:.2f} | {r['tokens']} | {r['tokens_per_s']:.0f} | "
+              f"{r['rows_per_s']:.1f} |" for r in gen_rows]
+    lines += ["", f"Trainer step split ({split['rows']} rows, {split['response_tokens']} response tokens):",
+              "| part | seconds | share |", "|---|---|---|"]
+    lines += [f"| {k} | {split[k + '_s']:.3f} | {100 * split[k + '_share']:.0f}% |"
+              for k in ("forward", "backward", "optimizer")]
+    lines += [f"| total | {split['total_s']:.3f} | 100% |"]
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 128, 256, 512])
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print_report(generation_throughput(args.batch_sizes), step_time_split())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

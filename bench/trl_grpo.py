@@ -1,0 +1,218 @@
+"""Baseline for the race: TRL's own ``GRPOTrainer`` on our task, under a wall-clock budget.
+
+What it measures: how many GRPO updates (and completions) TRL 1.x gets through in ``minutes``
+of wall clock on this machine when it trains the committed tiny model (``data/tiny-llama``) on the
+embedded arithmetic task, and the greedy held-out accuracy it reaches -- the same quantities
+``tba-lab train`` reports (``updates_per_minute``, ``eval.jsonl``), so the two can be compared
+batch shape for batch shape. TRL's trainer is synchronous and on-policy: generate one batch, score
+it, one optimizer update, repeat.
+
+Task: prompts are ``data/arithmetic/train.jsonl`` questions through
+``tba_lab.tasks.format_prompt``; reward = ``tba_lab.tasks.gsm8k.exact_match_reward`` of the
+decoded completion against the row's gold answer (``gold_answer``). Evaluation is
+``tba_lab.eval.greedy_accuracy`` on the first ``eval_size`` rows of ``data/arithmetic/test.jsonl``.
+
+TRL options (``trl.GRPOConfig``), chosen to match our sync GRPO loop:
+
+* one optimizer step per generation batch of B*K completions: ``per_device_train_batch_size=
+  B*K`` (in GRPO this counts completions, not prompts), ``gradient_accumulation_steps=1``,
+  ``steps_per_generation=1`` (so ``generation_batch_size = B*K`` = B prompts x K generations),
+  ``num_iterations=1``. Each TRL "step" is therefore one update on B=16 prompts x K=8 completions,
+  on-policy: TRL keeps no behaviour log-probs and the ratio is exactly 1 (clipping never acts).
+* ``loss_type="grpo"``, ``scale_rewards="group"``, ``epsilon=0.2``, ``beta=0.0`` (no reference
+  model is loaded), ``max_grad_norm=1.0``, ``optim="adamw_torch"``, ``weight_decay=0.0``.
+* sampling: ``temperature`` (TRL also scores log-probs at it), ``top_k=0``, ``top_p=1.0``,
+  ``max_completion_length=max_new_tokens``, ``use_vllm=False`` (plain ``model.generate``).
+* ``activation_checkpointing=False`` (TRL defaults to on), ``bf16=False`` (TRL defaults to on),
+  ``use_cpu=True``, ``report_to="none"``, ``save_strategy="no"``, ``logging_strategy="no"``.
+* learning rate: linear decay to 0 over the WALL-CLOCK budget, like ``tba-lab train``'s
+  ``lr_schedule="linear"``: TRL's scheduler is ``"constant"`` and a callback sets
+  lr = learning_rate * max(0, 1 - elapsed / budget) right before every optimizer step
+  (``on_pre_optimizer_step``), as our trainer does before each update.
+
+Clock: starts at the first training step (model loading, trainer construction and the
+accuracy-before evaluation are outside it). Interim evaluations at ``eval_at_seconds`` run
+inside the budget (the clock keeps running during them, as in our trainer); the final
+evaluation runs after the budget. ``updates_per_minute`` = updates / budget-minutes used.
+
+Run:  python bench/trl_grpo.py --minutes 3 --out runs/trl_grpo
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+
+def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generations=8,
+                 learning_rate=5e-5, temperature=0.6, max_new_tokens=40, eval_size=200,
+                 eval_at_seconds=(60, 120, 180), threads=2) -> dict:
+    """Train the tiny model with ``trl.GRPOTrainer`` for ``minutes`` of wall clock.
+
+    Returns:
+        dict with ``updates``, ``samples_generated`` (completions = updates * B * K),
+        ``wall_seconds`` (training clock, interim evaluations included), ``updates_per_minute``,
+        ``samples_per_minute``, ``evals`` (list of ``{"wall_seconds", "step", "accuracy"}``: before
+        training at 0 s, each ``eval_at_seconds`` checkpoint reached inside the budget, and the
+        end), ``accuracy_before``, ``accuracy_after``, plus ``train_reward`` (TRL's mean reward
+        of each generation batch) and ``config``. Also written to ``out_dir/summary.json``.
+    """
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tba_lab.eval import greedy_accuracy
+    from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR, load_policy
+    from tba_lab.tasks import format_prompt
+    from tba_lab.tasks.gsm8k import exact_match_reward, gold_answer, read_jsonl
+
+    if minutes <= 0:
+        raise ValueError(f"minutes must be > 0, got {minutes!r}")
+    torch.set_num_threads(threads)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    budget = 60.0 * minutes
+    batch = num_prompts_per_step * num_generations
+
+    model, tokenizer = load_policy(DEFAULT_MODEL_DIR)
+    train_rows = read_jsonl(DEFAULT_TASK_DIR / "train.jsonl")
+    eval_rows = read_jsonl(DEFAULT_TASK_DIR / "test.jsonl")[:eval_size]
+    dataset = Dataset.from_dict({
+        "prompt": [format_prompt(r["question"]) for r in train_rows],
+        "gold": [gold_answer(r["answer"]) for r in train_rows],
+    })
+
+    def exact_match(completions, gold, **_):  # TRL passes extra dataset columns by name
+        return [exact_match_reward(c, g) for c, g in zip(completions, gold)]
+
+    args = GRPOConfig(
+        output_dir=str(out_dir), seed=seed, max_steps=10**7,  # the callback stops training
+        per_device_train_batch_size=batch, gradient_accumulation_steps=1, steps_per_generation=1,
+        num_generations=num_generations, num_iterations=1,
+        learning_rate=learning_rate, lr_scheduler_type="constant", warmup_steps=0,
+        optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0,
+        loss_type="grpo", scale_rewards="group", epsilon=0.2, beta=0.0,
+        temperature=temperature, top_k=0, top_p=1.0, max_completion_length=max_new_tokens,
+        use_vllm=False, activation_checkpointing=False, gradient_checkpointing=False,
+        bf16=False, use_cpu=True, report_to="none", save_strategy="no", logging_strategy="no",
+        disable_tqdm=True, dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=exact_match, args=args,
+                          train_dataset=dataset, processing_class=tokenizer)
+
+    model.eval()
+    accuracy_before = greedy_accuracy(model, tokenizer, eval_rows)
+    model.train()
+    evals = [{"wall_seconds": 0.0, "step": 0, "accuracy": accuracy_before}]
+    train_reward = []
+
+    class Budget(TrainerCallback):
+        """Wall-clock budget, linear lr decay over it, and interim held-out evaluations."""
+
+        def __init__(self):
+            self.t0 = self.t_end = None
+            self.pending = sorted(float(s) for s in eval_at_seconds if 0 < s < budget)
+
+        def elapsed(self):
+            return time.time() - self.t0
+
+        def on_step_begin(self, args, state, control, **kw):
+            if self.t0 is None:  # the clock starts at the first step (generation included)
+                self.t0 = time.time()
+
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kw):
+            factor = max(0.0, 1.0 - self.elapsed() / budget)
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate * factor
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            rewards = trainer._metrics["train"].get("reward")  # TRL's mean reward of this batch
+            if rewards:
+                train_reward.append(round(rewards[-1], 4))
+            if self.elapsed() >= budget:
+                self.t_end = time.time()
+                control.should_training_stop = True
+                return control
+            if self.pending and self.elapsed() >= self.pending[0]:
+                while self.pending and self.elapsed() >= self.pending[0]:
+                    self.pending.pop(0)  # one evaluation covers every checkpoint passed
+                acc = greedy_accuracy(model, tokenizer, eval_rows)
+                model.train()
+                evals.append({"wall_seconds": round(self.elapsed(), 1), "step": state.global_step,
+                              "accuracy": acc})
+                print(f"[trl_grpo] step {state.global_step} t={self.elapsed():.0f}s "
+                      f"held-out accuracy {acc:.3f}", flush=True)
+            return control
+
+    clock = Budget()
+    trainer.add_callback(clock)
+    trainer.remove_callback(PrinterCallback)  # no per-log prints (disable_tqdm=True adds it)
+    with warnings.catch_warnings():
+        # TRL 1.16 calls transformers' deprecated is_gradient_checkpointing on every batch
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
+        trainer.train()
+    if clock.t0 is None:
+        wall = 0.0
+    else:
+        wall = (clock.t_end or time.time()) - clock.t0
+    updates = trainer.state.global_step
+
+    accuracy_after = greedy_accuracy(model, tokenizer, eval_rows)
+    evals.append({"wall_seconds": round(wall, 1), "step": updates, "accuracy": accuracy_after})
+    samples = updates * args.generation_batch_size
+    summary = {
+        "updates": updates,
+        "samples_generated": samples,
+        "wall_seconds": round(wall, 2),
+        "updates_per_minute": round(60.0 * updates / max(wall, 1e-9), 2),
+        "samples_per_minute": round(60.0 * samples / max(wall, 1e-9), 1),
+        "evals": evals,
+        "accuracy_before": accuracy_before,
+        "accuracy_after": accuracy_after,
+        "train_reward": train_reward,
+        "config": {"minutes": minutes, "seed": seed, "num_prompts_per_step": num_prompts_per_step,
+                   "num_generations": num_generations, "learning_rate": learning_rate,
+                   "temperature": temperature, "max_new_tokens": max_new_tokens,
+                   "eval_size": len(eval_rows), "eval_at_seconds": list(eval_at_seconds),
+                   "threads": threads, "generation_batch_size": args.generation_batch_size,
+                   "steps_per_generation": args.steps_per_generation},
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/trl_grpo", help="output folder (summary.json)")
+    p.add_argument("--minutes", type=float, default=3.0, help="wall-clock training budget")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-prompts-per-step", type=int, default=16, help="B")
+    p.add_argument("--num-generations", type=int, default=8, help="K")
+    p.add_argument("--learning-rate", type=float, default=5e-5)
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--max-new-tokens", type=int, default=40)
+    p.add_argument("--eval-size", type=int, default=200)
+    p.add_argument("--eval-at-seconds", type=float, nargs="*", default=[60, 120, 180])
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args(argv)
+    summary = run_trl_grpo(a.out, a.minutes, seed=a.seed, num_prompts_per_step=a.num_prompts_per_step,
+                           num_generations=a.num_generations, learning_rate=a.learning_rate,
+                           temperature=a.temperature, max_new_tokens=a.max_new_tokens,
+                           eval_size=a.eval_size, eval_at_seconds=tuple(a.eval_at_seconds),
+                           threads=a.threads)
+    print(json.dumps({k: v for k, v in summary.items() if k != "train_reward"}, indent=2))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
