@@ -6,7 +6,9 @@
   tokens, for several batch sizes (rows = prompts x K). Throughput is generated response tokens
   (EOS included, padding after EOS excluded) per second of wall clock.
 * Trainer step: one TB update on a B x K = 16 x 8 batch of real rollouts, split into forward
-  (log-probs of the batch + loss), backward, and optimizer (clip + AdamW), median of repeats.
+  (log-probs of the batch + loss), backward, and optimizer (clip + AdamW), median of repeats,
+  with the shared prompt pass (the default) and with full rows side by side.
+* Generation is measured with the shared prompt prefill and with plain ``generate`` side by side.
 
 Medians over repeats, measured in this one process; numbers depend on the machine and on what
 else runs, so compare the ratios printed side by side, not absolute seconds across machines.
@@ -14,6 +16,7 @@ else runs, so compare the ratios printed side by side, not absolute seconds acro
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -40,30 +43,38 @@ def _prompts(tokenizer, n: int) -> list[dict]:
 
 def generation_throughput(batch_sizes=(64, 128, 256, 512), num_generations: int = 8,
                           max_new_tokens: int = 40, repeats: int = 2) -> list[dict]:
-    """Tokens per second of ``TransformersBackend.generate`` at each batch size (rows).
+    """Tokens per second of ``TransformersBackend.generate`` at each batch size (rows), with the
+    shared prompt prefill (the default) and without it (plain ``num_return_sequences``),
+    measured alternately in this process.
 
     Returns:
-        one dict per batch size: ``batch`` (rows), ``seconds`` (median per call),
-        ``tokens`` (generated tokens per call), ``tokens_per_s``, ``rows_per_s``.
+        one dict per batch size: ``batch`` (rows), ``seconds`` (median per call, shared),
+        ``tokens`` (generated tokens per call), ``tokens_per_s``, ``rows_per_s``,
+        ``plain_tokens_per_s`` and ``speedup`` (shared / plain).
     """
     model, tok = load_policy(DEFAULT_MODEL_DIR)
     model.eval()
-    backend = TransformersBackend(model, tok)
+    backends = {"shared": TransformersBackend(model, tok),
+                "plain": TransformersBackend(model, tok, share_prompts=False)}
     out = []
     for rows in batch_sizes:
         _, prompts = _prompts(tok, max(1, rows // num_generations))
-        times, tokens = [], 0
+        times = {name: [] for name in backends}
+        tokens = {}
         for i in range(repeats + 1):
-            torch.manual_seed(i)
-            t0 = time.perf_counter()
-            gen = backend.generate(prompts, num_generations, temperature=0.6,
-                                   max_new_tokens=max_new_tokens)
-            if i:  # the first call warms up
-                times.append(time.perf_counter() - t0)
-                tokens = sum(len(r) for r in gen.responses)
-        s = statistics.median(times)
-        out.append({"batch": rows, "seconds": round(s, 3), "tokens": tokens,
-                    "tokens_per_s": round(tokens / s, 1), "rows_per_s": round(rows / s, 1)})
+            for name, backend in backends.items():
+                torch.manual_seed(i)
+                t0 = time.perf_counter()
+                gen = backend.generate(prompts, num_generations, temperature=0.6,
+                                       max_new_tokens=max_new_tokens)
+                if i:  # the first call warms up
+                    times[name].append(time.perf_counter() - t0)
+                    tokens[name] = sum(len(r) for r in gen.responses)
+        s, p = statistics.median(times["shared"]), statistics.median(times["plain"])
+        out.append({"batch": rows, "seconds": round(s, 3), "tokens": tokens["shared"],
+                    "tokens_per_s": round(tokens["shared"] / s, 1), "rows_per_s": round(rows / s, 1),
+                    "plain_tokens_per_s": round(tokens["plain"] / p, 1),
+                    "speedup": round((tokens["shared"] / s) / (tokens["plain"] / p), 2)})
     return out
 
 
@@ -90,38 +101,53 @@ def step_time_split(num_prompts: int = 16, num_generations: int = 8, algo: str =
                                                 "num_generations": num_generations}})
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    parts = {"forward": [], "backward": [], "optimizer": []}
-    for i in range(repeats + 1):
-        t0 = time.perf_counter()
-        loss, _ = compute_loss(cfg, model, batch, tok.pad_token_id, step=0)
-        t1 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        t2 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        t3 = time.perf_counter()
-        if i:
-            parts["forward"].append(t1 - t0)
-            parts["backward"].append(t2 - t1)
-            parts["optimizer"].append(t3 - t2)
-    med = {k: statistics.median(v) for k, v in parts.items()}
-    total = sum(med.values())
-    return {"rows": len(batch), "response_tokens": sum(len(r) for r in gen.responses),
-            **{f"{k}_s": round(v, 4) for k, v in med.items()},
-            **{f"{k}_share": round(v / total, 3) for k, v in med.items()}, "total_s": round(total, 4)}
+    result = {"rows": len(batch), "response_tokens": sum(len(r) for r in gen.responses)}
+    import tba_lab.trainer as trainer_module
+
+    original = trainer_module.response_logprobs
+    for tag, share in (("", True), ("full_", False)):  # with and without prompt sharing
+        trainer_module.response_logprobs = functools.partial(original, share_prompts=share)
+        parts = {"forward": [], "backward": [], "optimizer": []}
+        try:
+            for i in range(repeats + 1):
+                t0 = time.perf_counter()
+                loss, _ = compute_loss(cfg, model, batch, tok.pad_token_id, step=0)
+                t1 = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                t2 = time.perf_counter()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                t3 = time.perf_counter()
+                if i:
+                    parts["forward"].append(t1 - t0)
+                    parts["backward"].append(t2 - t1)
+                    parts["optimizer"].append(t3 - t2)
+        finally:
+            trainer_module.response_logprobs = original
+        med = {k: statistics.median(v) for k, v in parts.items()}
+        total = sum(med.values())
+        result.update({f"{tag}{k}_s": round(v, 4) for k, v in med.items()})
+        result.update({f"{tag}{k}_share": round(v / total, 3) for k, v in med.items()})
+        result[f"{tag}total_s"] = round(total, 4)
+    return result
 
 
 def print_report(gen_rows: list[dict], split: dict) -> str:
-    lines = ["Generation throughput (TransformersBackend, T=0.6, <= 40 new tokens):",
-             "| batch (rows) | s per call | tokens | tokens/s | rows/s |", "|---|---|---|---|---|"]
+    lines = ["Generation throughput (TransformersBackend, T=0.6, <= 40 new tokens, K=8 per prompt):",
+             "| batch (rows) | s per call | tokens | tokens/s | rows/s | plain generate tokens/s | shared prefill speedup |",
+             "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['batch']} | {r['seconds']:.2f} | {r['tokens']} | {r['tokens_per_s']:.0f} | "
-              f"{r['rows_per_s']:.1f} |" for r in gen_rows]
-    lines += ["", f"Trainer step split ({split['rows']} rows, {split['response_tokens']} response tokens):",
-              "| part | seconds | share |", "|---|---|---|"]
-    lines += [f"| {k} | {split[k + '_s']:.3f} | {100 * split[k + '_share']:.0f}% |"
+              f"{r['rows_per_s']:.1f} | {r['plain_tokens_per_s']:.0f} | {r['speedup']:.2f}x |"
+              for r in gen_rows]
+    lines += ["", f"Trainer step split, TB loss ({split['rows']} rows, {split['response_tokens']} "
+              "response tokens), with the shared prompt pass and with full rows:",
+              "| part | seconds | share | full rows: seconds | full rows: share |", "|---|---|---|---|---|"]
+    lines += [f"| {k} | {split[k + '_s']:.3f} | {100 * split[k + '_share']:.0f}% | "
+              f"{split['full_' + k + '_s']:.3f} | {100 * split['full_' + k + '_share']:.0f}% |"
               for k in ("forward", "backward", "optimizer")]
-    lines += [f"| total | {split['total_s']:.3f} | 100% |"]
+    lines += [f"| total | {split['total_s']:.3f} | 100% | {split['full_total_s']:.3f} | 100% |",
+              f"shared prompt pass speedup of the whole step: {split['full_total_s'] / split['total_s']:.2f}x"]
     text = "\n".join(lines)
     print(text)
     return text

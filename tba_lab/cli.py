@@ -4,6 +4,7 @@
   sync or async, on the embedded model.
 * ``tba-lab sft``: rebuild the embedded task and tiny model under ``data/`` from a seed.
 * ``tba-lab eval``: greedy held-out accuracy of a saved policy.
+* ``tba-lab reproduce [--smoke]``: execute the course notebooks with papermill, write report.md.
 
 Command-line flags override the YAML file given with ``--config``, which overrides the defaults
 of :mod:`tba_lab.config`.
@@ -67,6 +68,12 @@ def _eval(args) -> int:
     return 0
 
 
+def _reproduce(args) -> int:
+    from tba_lab.reproduce import main as reproduce_main
+
+    return reproduce_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tba_lab.config import ALGOS
 
@@ -96,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--data", help="GSM8K-format JSONL (default data/arithmetic/test.jsonl)")
     e.add_argument("-n", type=int, default=500, help="number of problems")
     e.set_defaults(func=_eval)
+    r = sub.add_parser("reproduce", help="execute every course notebook with papermill, write report.md")
+    r.add_argument("--smoke", action="store_true", help="each notebook's small SMOKE configuration (<= 60 s each)")
+    r.add_argument("--output-dir", default="runs/reproduce", help="executed notebooks, figures, report.md")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
+    r.set_defaults(func=_reproduce)
     return p
 
 

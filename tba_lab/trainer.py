@@ -24,9 +24,11 @@ DeepSpeed/FSDP), exact-match reward only, a replay buffer bounded in prompts
 (``training.lr_schedule``), searchers that also compute the reference log-probs, and greedy
 accuracy on a synthetic task as the evaluation.
 
-Outputs in ``output_dir``: ``metrics.jsonl`` (one object per update), ``eval.jsonl`` (held-out
-accuracy over time), ``summary.json``, ``config.yaml``, ``curves.png``, ``buffer.pt``, and the
-final policy (``save_pretrained``). Ctrl-C stops it within seconds, saving all of these so far.
+Outputs in ``output_dir``: ``metrics.jsonl`` (one object per update, with the update's
+``update_seconds`` and the ``wait_seconds`` before it), ``searchers.jsonl`` (one object per
+generation batch: searcher, policy version, start / end seconds since training began, generation
+and scoring seconds), ``eval.jsonl`` (held-out accuracy over time), ``summary.json``,
+``config.yaml``, ``curves.png``, ``buffer.pt``, and the final policy (``save_pretrained``). Ctrl-C stops it within seconds, saving all of these so far.
 """
 from __future__ import annotations
 
@@ -182,6 +184,7 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
                      "samples_generated": 0, "staleness_mean": None, "staleness_max": None,
                      "wall_seconds": 0.0, "interrupted": False}
     metrics_f = open(out / "metrics.jsonl", "w")
+    searchers_f = open(out / "searchers.jsonl", "w")  # one row per generation batch received
     eval_f = open(out / "eval.jsonl", "w")
     step, samples, stale_sum, stale_n, stale_max = 0, 0, 0, 0, 0
     searcher_reward = None  # mean reward of the newest generated rollouts
@@ -221,6 +224,13 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
                 if msg["kind"] == "rollouts":
                     searcher_timing = {"gen_seconds": msg["gen_seconds"],
                                        "score_seconds": msg["score_seconds"]}
+                    searchers_f.write(json.dumps({
+                        "searcher_id": msg["searcher_id"], "version": msg["version"],
+                        "t_start": round(msg["t_start"] - t_start, 4),
+                        "t_end": round(msg["t_end"] - t_start, 4),
+                        "received": round(time.time() - t_start, 4), "trainer_step": step,
+                        "gen_seconds": msg["gen_seconds"], "score_seconds": msg["score_seconds"],
+                        "rollouts": len(msg["rollouts"])}) + "\n")
                 if msg["kind"] == "error":
                     raise RuntimeError(f"searcher {msg['searcher_id']} failed:\n{msg['traceback']}")
                 buffer.add(msg["rollouts"])
@@ -309,6 +319,7 @@ def train(cfg: RunConfig, progress: bool = True) -> dict:
         if log_z is not None:
             summary["learned_log_z"] = log_z.item()
         metrics_f.close()
+        searchers_f.close()
         eval_f.close()
         model.save_pretrained(out / "policy")
         tokenizer.save_pretrained(out / "policy")

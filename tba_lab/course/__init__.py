@@ -1,0 +1,151 @@
+"""The course's exercise machinery (Spinning Up style: a stub the student fills, a checker).
+
+Each notebook has at least two exercises. A student writes a function in a notebook cell and
+calls ``check("01.group_advantages", my_function)``, which runs it on several inputs and
+compares with the package's reference implementation using ``np.allclose``-type checks. It
+prints PASS or FAIL with the first mismatch, and returns True or False (it never raises, so
+the notebook runs on).
+
+Where things live:
+    tba_lab/course/nbXX.py     exercises of notebook XX: the empty stub, a worked solution
+                               written the way a student would, the reference and the inputs
+    check(name, fn)            the checker a notebook cell calls
+    solution(name)             the worked solution (notebooks use it when USE_SOLUTIONS is set,
+                               which is how ``tba-lab reproduce`` runs them)
+    EXERCISES                  every exercise by name (tests: solutions pass, stubs fail)
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+
+@dataclass
+class Exercise:
+    """One exercise.
+
+    Attributes:
+        name: "NN.short_name", NN the notebook number.
+        description: one line shown by ``check``.
+        stub: the empty function the notebook shows (raises NotImplementedError).
+        solution: a worked solution, written plainly as a student would (not the package code).
+        reference: the package implementation the answer is compared with.
+        cases: returns a list of (args, kwargs) inputs; called fresh for every check.
+        rtol, atol: tolerances of the comparison.
+        compare: optional ``compare(got, want) -> str | None`` (None = equal) for outputs
+            that are not arrays (e.g. dicts or tuples); default: ``np.allclose`` on arrays.
+    """
+    name: str
+    description: str
+    stub: Callable
+    solution: Callable
+    reference: Callable
+    cases: Callable[[], list[tuple[tuple, dict]]]
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    compare: Callable[[Any, Any], str | None] | None = None
+    notes: str = field(default="")
+
+
+_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06")
+
+
+def _load() -> dict[str, Exercise]:
+    found: dict[str, Exercise] = {}
+    for mod in _MODULES:
+        try:
+            m = importlib.import_module(f"tba_lab.course.{mod}")
+        except ModuleNotFoundError as e:
+            if e.name == f"tba_lab.course.{mod}":
+                continue  # that notebook has no exercises module (yet)
+            raise
+        for ex in getattr(m, "EXERCISES", []):
+            if ex.name in found:
+                raise ValueError(f"duplicate exercise name {ex.name!r}")
+            found[ex.name] = ex
+    return found
+
+
+EXERCISES: dict[str, Exercise] = _load()
+
+
+def _as_array(x) -> np.ndarray:
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            return x.detach().cpu().double().numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    return np.asarray(x, dtype=np.float64)
+
+
+def _default_compare(got, want, rtol: float, atol: float) -> str | None:
+    if isinstance(want, (tuple, list)) and want and not np.isscalar(want[0]):
+        if not isinstance(got, (tuple, list)) or len(got) != len(want):
+            return f"expected a sequence of {len(want)} outputs, got {type(got).__name__}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            msg = _default_compare(g, w, rtol, atol)
+            if msg:
+                return f"output {i}: {msg}"
+        return None
+    g, w = _as_array(got), _as_array(want)
+    if g.shape != w.shape:
+        return f"shape {g.shape}, expected {w.shape}"
+    if not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
+        bad = np.argmax(np.abs(g - w).reshape(-1)) if g.size else 0
+        return (f"values differ (largest gap at flat index {bad}: got {g.reshape(-1)[bad]:.6g}, "
+                f"expected {w.reshape(-1)[bad]:.6g})")
+    return None
+
+
+def check(name: str, fn: Callable, verbose: bool = True) -> bool:
+    """Run exercise ``name`` on ``fn``; print PASS/FAIL (when ``verbose``) and return the result.
+
+    Raises:
+        KeyError: unknown exercise name (the message lists the known ones).
+    """
+    if name not in EXERCISES:
+        raise KeyError(f"unknown exercise {name!r}; known: {sorted(EXERCISES)}")
+    ex = EXERCISES[name]
+    say = print if verbose else (lambda *a, **k: None)
+    for i, (args, kwargs) in enumerate(ex.cases()):
+        want = ex.reference(*args, **kwargs)
+        try:
+            got = fn(*args, **kwargs)
+        except NotImplementedError:
+            say(f"FAIL {name}: not implemented yet ({ex.description})")
+            return False
+        except Exception as e:  # the student's error, shown, not raised
+            say(f"FAIL {name}: case {i} raised {type(e).__name__}: {e}")
+            return False
+        msg = (ex.compare(got, want) if ex.compare else
+               _default_compare(got, want, ex.rtol, ex.atol))
+        if msg:
+            say(f"FAIL {name}: case {i}: {msg}")
+            return False
+    say(f"PASS {name}: {ex.description}")
+    return True
+
+
+def solution(name: str) -> Callable:
+    """The worked solution of exercise ``name`` (what ``USE_SOLUTIONS = True`` plugs in)."""
+    if name not in EXERCISES:
+        raise KeyError(f"unknown exercise {name!r}; known: {sorted(EXERCISES)}")
+    return EXERCISES[name].solution
+
+
+def save_metrics(output_dir, metrics: dict) -> None:
+    """Write ``metrics.json`` in ``output_dir`` (``tba-lab reproduce`` puts it in the report)."""
+    import json
+    from pathlib import Path
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+
+
+__all__ = ["Exercise", "EXERCISES", "check", "solution", "save_metrics"]

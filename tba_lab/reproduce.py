@@ -1,0 +1,118 @@
+"""``tba-lab reproduce``: execute every course notebook headless with papermill and report.
+
+Each notebook in ``notebooks/`` (sorted by name) runs with the parameters
+
+    SMOKE = <--smoke>, SEED = <--seed>, OUTPUT_DIR = <output-dir>/<notebook stem>,
+    USE_SOLUTIONS = True   (exercise cells use the worked solutions, so every checker runs)
+
+overriding its ``parameters`` cell. The executed notebooks, each notebook's figures
+(``*.png`` it saves in its OUTPUT_DIR) and ``metrics.json`` go under ``--output-dir``, with a
+``report.md`` that lists, per notebook, the status, wall-clock seconds, the metrics and the
+figures, and ``parameters.json`` with what every notebook ran with. The command exits 1 if
+any notebook fails (its error is in the report), 0 otherwise.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def find_notebooks(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:
+    """The course notebooks, sorted; ``only`` keeps those whose stem starts with one of them.
+
+    Raises:
+        FileNotFoundError: no notebooks found (the message says where it looked).
+    """
+    books = sorted(p for p in Path(notebook_dir).glob("*.ipynb") if not p.name.startswith("."))
+    if only:
+        books = [p for p in books if any(p.stem.startswith(o) for o in only)]
+    if not books:
+        raise FileNotFoundError(f"no notebooks found in {notebook_dir} (filter {only!r}); "
+                                "run from a clone of the repository (pip install -e .)")
+    return books
+
+
+def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, seed: int = 0,
+              only: list[str] | None = None, kernel_name: str | None = None,
+              notebook_dir: Path = NOTEBOOK_DIR) -> list[dict]:
+    """Execute the notebooks; return one result dict per notebook and write ``report.md``.
+
+    Raises:
+        ImportError: papermill is not installed (``pip install -e ".[course]"``).
+        FileNotFoundError: no notebooks found.
+    """
+    try:
+        import papermill as pm
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError('tba-lab reproduce needs papermill: pip install -e ".[course]"') from e
+
+    out = Path(output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for nb in find_notebooks(notebook_dir, only):
+        params = {"SMOKE": bool(smoke), "SEED": int(seed), "OUTPUT_DIR": str(out / nb.stem),
+                  "USE_SOLUTIONS": True}
+        t0 = time.time()
+        error = None
+        try:
+            pm.execute_notebook(str(nb), str(out / nb.name), parameters=params,
+                                kernel_name=kernel_name, progress_bar=False, log_output=False,
+                                cwd=str(nb.parent.parent))
+        except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
+            error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        seconds = round(time.time() - t0, 1)
+        nb_out = out / nb.stem
+        metrics_path = nb_out / "metrics.json"
+        metrics = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
+        figures = sorted(str(p.relative_to(out)) for p in nb_out.glob("*.png")) if nb_out.is_dir() else []
+        results.append({"notebook": nb.name, "ok": error is None, "error": error,
+                        "seconds": seconds, "parameters": params, "metrics": metrics,
+                        "figures": figures})
+        print(f"{'ok  ' if error is None else 'FAIL'} {nb.name} ({seconds:.0f} s)"
+              + (f": {error}" if error else ""), flush=True)
+    write_report(results, out, smoke)
+    return results
+
+
+def write_report(results: list[dict], out: Path, smoke: bool) -> Path:
+    """``report.md`` (status table, metrics, figures) and ``parameters.json`` in ``out``."""
+    lines = [f"# tba-lab reproducibility run{' (SMOKE)' if smoke else ''}", "",
+             f"{sum(r['ok'] for r in results)}/{len(results)} notebooks ran; "
+             f"{sum(r['seconds'] for r in results):.0f} s in total.", "",
+             "| notebook | status | seconds | metrics |", "|---|---|---|---|"]
+    for r in results:
+        m = ", ".join(f"{k}={_fmt(v)}" for k, v in r["metrics"].items()) or "-"
+        status = "ok" if r["ok"] else f"FAILED: {r['error']}"
+        lines.append(f"| [{r['notebook']}]({r['notebook']}) | {status} | {r['seconds']:.0f} | {m} |")
+    for r in results:
+        if r["figures"]:
+            lines += ["", f"## {r['notebook']}", ""]
+            lines += [f"![{Path(f).stem}]({f})" for f in r["figures"]]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    (out / "parameters.json").write_text(json.dumps(
+        {r["notebook"]: r["parameters"] for r in results}, indent=2) + "\n")
+    return path
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)[:60]
+    return str(v)
+
+
+def main(args) -> int:
+    """CLI entry (``tba-lab reproduce``); returns the exit code."""
+    try:
+        results = reproduce(args.output_dir, smoke=args.smoke, seed=args.seed, only=args.only)
+    except (ImportError, FileNotFoundError) as e:
+        print(f"tba-lab reproduce: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {Path(args.output_dir) / 'report.md'}")
+    return 0 if all(r["ok"] for r in results) else 1
