@@ -285,6 +285,10 @@ class ReplayBuffer:
         """Total number of stored items over all prompts."""
         return sum(len(dq) for dq in self._items.values())
 
+    def prompt_ids(self) -> list[int]:
+        """Ids of the prompts stored, least recently refreshed first."""
+        return list(self._items)
+
     def items(self, prompt_id: int) -> list[Rollout]:
         """The stored items of one prompt, oldest first (a copy of the list; KeyError if unseen)."""
         return list(self._items[prompt_id])

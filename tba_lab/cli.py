@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output-dir", default="runs/reproduce", help="executed notebooks, figures, report.md")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
+    r.add_argument("--notebook-dir", help="folder of notebooks (default: the repository's notebooks/)")
     r.set_defaults(func=_reproduce)
     return p
 

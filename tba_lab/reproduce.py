@@ -110,7 +110,8 @@ def _fmt(v) -> str:
 def main(args) -> int:
     """CLI entry (``tba-lab reproduce``); returns the exit code."""
     try:
-        results = reproduce(args.output_dir, smoke=args.smoke, seed=args.seed, only=args.only)
+        results = reproduce(args.output_dir, smoke=args.smoke, seed=args.seed, only=args.only,
+                            notebook_dir=Path(args.notebook_dir) if args.notebook_dir else NOTEBOOK_DIR)
     except (ImportError, FileNotFoundError) as e:
         print(f"tba-lab reproduce: {e}", file=sys.stderr)
         return 2

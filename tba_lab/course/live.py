@@ -1,0 +1,96 @@
+"""Run ``tba_lab.trainer.train`` in a background thread and redraw a figure while it runs.
+
+Used by notebook 01 (a live reward curve). The trainer itself spawns its searcher processes
+(``tba_lab.actors``); this module only adds a thread around ``train`` so the notebook's main
+thread is free to read ``metrics.jsonl`` and redraw. In a headless run (papermill, CI) the
+redraws simply replace each other in the cell output; the caller saves the final figure.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from tba_lab.plots import read_jsonl_rows
+
+
+class BackgroundRun:
+    """``train(cfg)`` in a daemon thread.
+
+    ``train`` installs its Ctrl-C handlers only in the main thread, so interrupting the kernel
+    while a background run is going stops the redraw loop, not the run; ``join`` waits for it.
+
+    Args:
+        cfg: a :class:`~tba_lab.config.RunConfig`.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.output_dir)
+        self.summary: dict | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._target, name="tba-train", daemon=True)
+
+    def _target(self) -> None:
+        from tba_lab.trainer import train
+
+        try:
+            self.summary = train(self.cfg, progress=False)
+        except BaseException as e:  # handed to the notebook by join()
+            self.error = e
+
+    def start(self) -> "BackgroundRun":
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds; True when the run has ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def join(self) -> dict:
+        """Wait for the run; return its summary, or re-raise the error it stopped with."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.summary
+
+    def metrics(self) -> list[dict]:
+        """The ``metrics.jsonl`` rows written so far (one per trainer update)."""
+        return read_jsonl_rows(self.run_dir / "metrics.jsonl")
+
+    def evals(self) -> list[dict]:
+        """The ``eval.jsonl`` rows written so far (held-out greedy accuracy)."""
+        return read_jsonl_rows(self.run_dir / "eval.jsonl")
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    """Trailing moving average (the first points average over what exists so far)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def watch(run: BackgroundRun, draw, every: float = 5.0) -> None:
+    """Redraw ``draw(run)`` (returns a matplotlib Figure) every ``every`` seconds until the run
+    ends, replacing the cell's previous output; the figure is closed after each display. When
+    the run ends the last redraw is cleared as soon as the caller shows its final figure."""
+    import matplotlib.pyplot as plt
+    from IPython.display import clear_output, display
+
+    while not run.wait(every):
+        fig = draw(run)
+        clear_output(wait=True)
+        display(fig)
+        plt.close(fig)
+    clear_output(wait=True)
+
+
+__all__ = ["BackgroundRun", "moving_average", "watch"]

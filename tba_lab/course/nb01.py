@@ -1,0 +1,145 @@
+"""Exercises of notebook 01 (on-policy GRPO): token log-probs, group advantages, clipped loss."""
+from __future__ import annotations
+
+import torch
+
+from tba_lab.course import Exercise
+from tba_lab.losses import group_advantages, grpo_loss, token_logprobs
+
+
+# ----------------------------------------------------------------------------------------------
+# 01.token_logprobs
+# ----------------------------------------------------------------------------------------------
+
+def token_logprobs_stub(logits, target_ids, temperature=1.0):
+    """Log-prob of each target token under softmax(logits / temperature).
+
+    logits (N, T, V) float, target_ids (N, T) long -> (N, T) float32.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def token_logprobs_solution(logits, target_ids, temperature=1.0):
+    scaled = logits.float() / temperature                  # divide BEFORE the softmax
+    logp = torch.log_softmax(scaled, dim=-1)               # (N, T, V), stable (no exp overflow)
+    return logp.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1)  # pick the target token
+
+
+def _token_logprobs_cases():
+    g = torch.Generator().manual_seed(101)
+    cases = []
+    for (n, t, v), temp in (((2, 3, 5), 1.0), ((4, 6, 11), 0.6), ((3, 1, 7), 2.0)):
+        logits = torch.randn(n, t, v, generator=g)
+        ids = torch.randint(0, v, (n, t), generator=g)
+        cases.append(((logits, ids), {"temperature": temp}))
+    # large logits at a low temperature: log(softmax(...)) underflows to -inf, log_softmax does not
+    logits = 60 * torch.randn(2, 4, 9, generator=g)
+    ids = torch.randint(0, 9, (2, 4), generator=g)
+    cases.append(((logits, ids), {"temperature": 0.6}))
+    return cases
+
+
+# ----------------------------------------------------------------------------------------------
+# 01.group_advantages
+# ----------------------------------------------------------------------------------------------
+
+def group_advantages_stub(rewards, group_size, eps=1e-4):
+    """GRPO advantages: (r - group mean) / (group std + eps), all-equal groups exactly 0.
+
+    rewards (N,) with N = B * K prompt-major -> (N,) float.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def group_advantages_solution(rewards, group_size, eps=1e-4):
+    rewards = torch.as_tensor(rewards, dtype=torch.float32)
+    groups = rewards.view(-1, group_size)                  # (B, K): row i = answers to prompt i
+    mean = groups.mean(dim=1, keepdim=True)
+    std = groups.std(dim=1, keepdim=True)                  # unbiased std, as TRL
+    adv = (groups - mean) / (std + eps)
+    all_equal = (groups == groups[:, :1]).all(dim=1, keepdim=True)
+    adv = torch.where(all_equal, torch.zeros_like(adv), adv)  # no signal, not rounding noise / eps
+    return adv.reshape(-1)
+
+
+def _group_advantages_reference(rewards, group_size, eps=1e-4):
+    return group_advantages(rewards, group_size, scale_rewards="group", eps=eps)
+
+
+def _group_advantages_cases():
+    g = torch.Generator().manual_seed(102)
+    binary = (torch.rand(3 * 4, generator=g) < 0.4).float()               # B=3, K=4, exact match
+    cont = torch.rand(2 * 8, generator=g)                                 # B=2, K=8
+    equal = torch.full((8,), 0.35, dtype=torch.float32)        # its mean() != 0.35 in float32
+    other = torch.tensor([0.0, 1.0, 0.5, 0.2, 0.9, 0.1, 0.3, 0.7])
+    # groups of 4: all wrong, all right, mixed
+    zeros_ones = torch.tensor([0.0] * 4 + [1.0] * 4 + [0.0, 1.0, 1.0, 0.0])
+    return [((binary, 4), {}), ((cont, 8), {}), ((torch.cat([equal, other]), 8), {}),
+            ((zeros_ones, 4), {}), ((cont, 4), {"eps": 1e-2})]
+
+
+# ----------------------------------------------------------------------------------------------
+# 01.clipped_surrogate
+# ----------------------------------------------------------------------------------------------
+
+def clipped_surrogate_stub(logps, old_logps, advantages, mask, clip_eps=0.2):
+    """GRPO's clipped policy loss (no KL term).
+
+    logps, old_logps (N, T) token log-probs of the current / behaviour policy, advantages (N,),
+    mask (N, T) bool -> 0-dim tensor: per token -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A),
+    averaged over each sequence's response tokens, then over the N sequences.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def clipped_surrogate_solution(logps, old_logps, advantages, mask, clip_eps=0.2):
+    ratio = torch.exp(logps - old_logps.detach())          # (N, T) pi_theta / pi_behaviour
+    adv = advantages.unsqueeze(1)                          # (N, 1): one advantage per sequence
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
+    per_token = -torch.min(unclipped, clipped)             # (N, T)
+    m = mask.float()
+    per_seq = (per_token * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)  # mean over response tokens
+    return per_seq.mean()
+
+
+def _clipped_surrogate_reference(logps, old_logps, advantages, mask, clip_eps=0.2):
+    loss, _ = grpo_loss(logps, old_logps, None, advantages, mask, clip_eps=clip_eps, beta=0.0,
+                        loss_type="grpo")
+    return loss
+
+
+def _clipped_surrogate_cases():
+    g = torch.Generator().manual_seed(103)
+    cases = []
+    for n, t, spread, eps in ((4, 5, 0.05, 0.2), (6, 7, 0.5, 0.2), (8, 3, 0.5, 0.1)):
+        old = -torch.rand(n, t, generator=g) * 3                     # behaviour log-probs (< 0)
+        new = old + spread * torch.randn(n, t, generator=g)          # some ratios outside the clip
+        adv = torch.randn(n, generator=g)
+        lengths = torch.randint(1, t + 1, (n,), generator=g)
+        mask = torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)   # right-padded responses
+        cases.append(((new, old, adv, mask), {"clip_eps": eps}))
+    # on-policy: ratio exactly 1, the loss is minus the mean advantage
+    old = -torch.rand(4, 3, generator=g)
+    adv = torch.tensor([1.0, -1.0, 0.5, 0.0])
+    cases.append(((old.clone(), old, adv, torch.ones(4, 3, dtype=torch.bool)), {}))
+    return cases
+
+
+EXERCISES = [
+    Exercise(name="01.token_logprobs",
+             description="temperature-scaled token log-probs, log softmax(logits / T)[target]",
+             stub=token_logprobs_stub, solution=token_logprobs_solution, reference=token_logprobs,
+             cases=_token_logprobs_cases, rtol=1e-5, atol=1e-5),
+    Exercise(name="01.group_advantages",
+             description="group-relative advantages (r - mean) / (std + eps), all-equal group = 0",
+             stub=group_advantages_stub, solution=group_advantages_solution,
+             reference=_group_advantages_reference, cases=_group_advantages_cases),
+    Exercise(name="01.clipped_surrogate",
+             description="GRPO's PPO-clipped surrogate loss, sequence-mean then batch-mean",
+             stub=clipped_surrogate_stub, solution=clipped_surrogate_solution,
+             reference=_clipped_surrogate_reference, cases=_clipped_surrogate_cases),
+]

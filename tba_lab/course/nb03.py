@@ -1,0 +1,321 @@
+"""Notebook 03 (replay buffer sampling): exercises and the small helpers the notebook uses.
+
+Exercises
+    03.dedup          storage of one prompt: newest copy of a response wins, capacity drops the oldest
+    03.reward_weights item probabilities softmax(inv_temp * reward), numerically stable
+    03.prompt_probs   probability that one batch slot picks each prompt (recency probability m)
+
+Helpers (used by the notebook's cells, so that no reusable code lives in a cell)
+    fake_rollout             a synthetic :class:`~tba_lab.buffer.Rollout` (tiny token lists)
+    reward_probabilities     reference of 03.reward_weights (the buffer's own softmax)
+    prompt_probabilities     reference of 03.prompt_probs
+    inclusion_probabilities  exact chance that each item is among K successive draws
+    single_draw_probabilities exact distribution of one draw (B = 1 prompt, K = 1 item)
+    draw_counts              draw many single samples from a buffer and count what came out
+    gap_in_standard_errors   how far measured frequencies are from expected ones, in standard errors
+    bar_compare              measured frequencies next to expected probabilities, on one Axes
+    simulate_pipeline        a fake searcher/trainer loop on the real ReplayBuffer (no model):
+                             staleness of what the trainer samples, per mode
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from tba_lab.buffer import ReplayBuffer, Rollout, _softmax
+from tba_lab.course import Exercise
+
+
+# ------------------------------------------------------------------ helpers
+def fake_rollout(prompt_id: int, response_ids, reward: float = 0.0, version: int = 0) -> Rollout:
+    """A synthetic rollout: prompt tokens ``[100 + prompt_id]``, the given response tokens, and
+    made-up log-probs (-1 per token), so the buffer can be studied without a model."""
+    resp = [int(t) for t in response_ids]
+    return Rollout(prompt_id=int(prompt_id), prompt_ids=[100 + int(prompt_id)], response_ids=resp,
+                   reward=float(reward), ref_token_logps=[-1.0] * len(resp),
+                   old_token_logps=[-1.0] * len(resp), version=int(version))
+
+
+def reward_probabilities(rewards, inv_temp: float) -> np.ndarray:
+    """softmax(inv_temp * rewards) as the buffer's reward mode uses it (float64, sums to 1)."""
+    return _softmax(float(inv_temp) * np.asarray(rewards, dtype=np.float64).reshape(-1))
+
+
+def prompt_probabilities(num_prompts: int, refreshed, recency_prob: float) -> np.ndarray:
+    """Probability that ONE batch slot (B = 1) picks each of the prompts ``0 .. num_prompts-1``.
+
+    With probability m (``recency_prob``) the slot picks uniformly among the ``refreshed``
+    prompts (refreshed since the last sync), otherwise uniformly among all prompts. With no
+    refreshed prompt, the slot always uses reward mode (uniform over all prompts).
+    """
+    n = int(num_prompts)
+    p = np.full(n, 1.0 / n)
+    fresh = sorted(set(int(i) for i in refreshed))
+    if fresh:
+        p *= 1.0 - recency_prob
+        p[fresh] += recency_prob / len(fresh)
+    return p
+
+
+def inclusion_probabilities(p, k: int) -> np.ndarray:
+    """Exact probability that each item is among ``k`` successive draws without replacement
+    (draw from ``p``, remove the item, renormalise, draw again), by enumerating every ordered
+    draw sequence. Fine for the handful of items of a demo (n!/(n-k)! sequences)."""
+    p = np.asarray(p, dtype=np.float64)
+    n = len(p)
+    if k >= n:
+        return np.ones(n)
+    out = np.zeros(n)
+
+    def walk(chosen: list[int], prob: float, left: float) -> None:
+        if len(chosen) == k:
+            out[chosen] += prob
+            return
+        for i in range(n):
+            if i not in chosen and p[i] > 0:
+                walk(chosen + [i], prob * p[i] / left, left - p[i])
+
+    walk([], 1.0, 1.0)
+    return out
+
+
+def single_draw_probabilities(buffer: ReplayBuffer) -> list[tuple[Rollout, float]]:
+    """Exact distribution of ``buffer.sample(1, 1)``: every stored item with the probability
+    that it is the one drawn (recency mode: the newest item of a refreshed prompt; reward mode:
+    a uniform prompt, then softmax(inv_temp * reward) over its items)."""
+    prompts = buffer.prompt_ids()
+    fresh = buffer.refreshed()
+    m = buffer.recency_prob if fresh else 0.0
+    out = []
+    for pid in prompts:
+        items = buffer.items(pid)
+        w = (1.0 - m) / len(prompts) * reward_probabilities([r.reward for r in items], buffer.inv_temp)
+        if pid in fresh:
+            w[-1] += m / len(fresh)
+        out.extend(zip(items, w.tolist()))
+    return out
+
+
+def draw_counts(buffer: ReplayBuffer, n_draws: int, num_prompts: int = 1, group_size: int = 1,
+                key=lambda r: (r.prompt_id, tuple(r.response_ids))) -> Counter:
+    """Call ``buffer.sample(num_prompts, group_size)`` ``n_draws`` times and count ``key(item)``
+    over every returned item (default key: which prompt and which response)."""
+    c: Counter = Counter()
+    for _ in range(n_draws):
+        c.update(key(r) for r in buffer.sample(num_prompts, group_size))
+    return c
+
+
+def bar_compare(ax, labels, measured, expected, n_draws: int | None = None) -> None:
+    """Grouped bars: measured frequencies next to expected probabilities; with ``n_draws`` the
+    measured bars carry +-2 binomial standard errors, 2 * sqrt(p (1 - p) / n_draws)."""
+    x = np.arange(len(labels))
+    expected = np.asarray(expected, dtype=np.float64)
+    err = None if not n_draws else 2 * np.sqrt(expected * (1 - expected) / n_draws)
+    ax.bar(x - 0.2, measured, 0.4, label="measured", color="C0", yerr=err, capsize=2)
+    ax.bar(x + 0.2, expected, 0.4, label="expected", color="C1", alpha=0.7)
+    ax.set_xticks(x, [str(t) for t in labels])
+    ax.grid(axis="y", alpha=0.3)
+
+
+def gap_in_standard_errors(measured, expected, n_draws: int) -> float:
+    """Largest |measured - expected| in units of the binomial standard error
+    sqrt(p (1 - p) / n_draws) of each bar (a bar with p = 0 or 1 counts 0 if matched exactly,
+    infinity otherwise). Chance alone gives values up to about 3 over a few dozen bars; a
+    sampler that follows the wrong distribution gives far more with thousands of draws."""
+    m = np.asarray(measured, dtype=np.float64)
+    p = np.asarray(expected, dtype=np.float64)
+    se = np.sqrt(p * (1 - p) / n_draws)
+    gap = np.abs(m - p)
+    z = np.where(se > 0, gap / np.where(se > 0, se, 1.0), np.where(gap > 1e-12, np.inf, 0.0))
+    return float(z.max()) if z.size else 0.0
+
+
+def simulate_pipeline(steps: int = 300, sync_period: int = 1, gen_ticks: int = 2,
+                      prompts_per_batch: int = 8, group_size: int = 4, batch_prompts: int = 8,
+                      recency_prob: float = 0.8, inv_temp: float = 0.0, max_prompts=None,
+                      capacity: int = 16, initial_fill: int = 64, prompt_pool=None,
+                      seed: int = 0) -> dict:
+    """A fake asynchronous run on the real :class:`ReplayBuffer`, with no model, to see what the
+    trainer samples. Time advances in ticks; at each tick:
+
+    * a searcher that started generating ``gen_ticks`` ticks ago delivers ``prompts_per_batch``
+      prompts x ``group_size`` responses, tagged with the policy version it pulled when it
+      started (the version the trainer had published then); it starts the next batch at once;
+    * once the buffer holds ``initial_fill`` rollouts, the trainer samples ``batch_prompts``
+      x ``group_size`` rollouts, records their staleness (updates done minus version) and mode,
+      and counts one update; every ``sync_period`` updates it publishes (version = updates
+      done) and calls ``mark_sync()``.
+
+    Prompt ids come from an endless stream (``prompt_pool=None``: every prompt new, like the
+    20,000-problem train split) or cycle through ``prompt_pool`` ids (prompts repeat). A response
+    is 3 tokens from a 4-token vocabulary, so duplicates happen and de-duplication is visible;
+    rewards are 0/1 with a per-prompt success rate.
+
+    Returns:
+        dict with ``staleness`` (one int per sampled row), ``modes`` (one per sampled group,
+        "recency"/"reward"), ``fill_ticks`` (ticks the trainer waited for the initial fill),
+        ``updates``, ``duplicates`` (rollouts that replaced a stored copy), ``buffer``.
+    """
+    rng = np.random.default_rng(seed)
+    buf = ReplayBuffer(capacity_per_prompt=capacity, recency_prob=recency_prob, inv_temp=inv_temp,
+                       seed=seed, max_prompts=max_prompts)
+    next_prompt, updates, published, ticks, fill_ticks, duplicates = 0, 0, 0, 0, 0, 0
+    started = [(0, 0)]  # (tick started, version pulled) of the batch in progress
+    staleness: list[int] = []
+    modes: list[str] = []
+    while updates < steps:
+        tick_start, version = started[0]
+        if ticks - tick_start >= gen_ticks:  # the searcher's batch is done: deliver it
+            batch = []
+            for _ in range(prompts_per_batch):
+                pid = next_prompt if prompt_pool is None else next_prompt % prompt_pool
+                next_prompt += 1
+                p_ok = (pid * 0.37) % 1.0  # a fixed success rate per prompt
+                for _ in range(group_size):
+                    resp = rng.integers(4, size=3)
+                    batch.append(fake_rollout(pid, resp, float(rng.random() < p_ok), version))
+            duplicates += len(batch) - buf.add(batch)
+            started = [(ticks, published)]
+        if len(buf) >= max(initial_fill, 1):
+            rows = buf.sample(batch_prompts, group_size)
+            staleness.extend(ReplayBuffer.staleness(rows, updates))
+            modes.extend(buf.last_modes)
+            updates += 1
+            if updates % sync_period == 0:
+                published = updates
+                buf.mark_sync()
+        else:
+            fill_ticks += 1
+        ticks += 1
+    return {"staleness": staleness, "modes": modes, "fill_ticks": fill_ticks,
+            "updates": updates, "duplicates": duplicates, "buffer": buf}
+
+
+# --------------------------------------------------------------- 03.dedup
+def dedup_stub(rollouts, capacity):
+    """Store ``rollouts`` (all of ONE prompt, in arrival order) in a list of at most
+    ``capacity`` items, oldest first: a response whose ``response_ids`` are already stored
+    replaces the old copy and goes to the newest end; beyond capacity the OLDEST item is dropped.
+    Return the stored list."""
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def dedup_solution(rollouts, capacity):
+    stored = []
+    for r in rollouts:
+        # newest copy wins: remove an older copy of the same token sequence
+        stored = [old for old in stored if old.response_ids != r.response_ids]
+        stored.append(r)
+        if len(stored) > capacity:
+            stored = stored[len(stored) - capacity:]  # drop the oldest
+    return stored
+
+
+def dedup_reference(rollouts, capacity):
+    buf = ReplayBuffer(capacity_per_prompt=capacity)
+    buf.add(rollouts)
+    return buf.items(rollouts[0].prompt_id) if rollouts else []
+
+
+def _dedup_cases():
+    rng = np.random.default_rng(3)
+    cases = []
+    # hand-made: the duplicate [1, 2] arrives again with a new reward and version
+    seq = [fake_rollout(0, t, r, v) for t, r, v in
+           [([1, 2], 0, 0), ([3], 1, 0), ([1, 2], 1, 1), ([4, 5, 6], 0, 1)]]
+    cases.append(((seq, 8), {}))
+    cases.append(((seq, 2), {}))  # capacity smaller than the distinct responses
+    cases.append(((seq, 1), {}))
+    for n, cap in ((30, 5), (50, 12), (20, 64)):  # random streams with many duplicates
+        seq = [fake_rollout(7, rng.integers(3, size=2), float(rng.random() < 0.5), v // 4)
+               for v in range(n)]
+        cases.append(((seq, cap), {}))
+    return cases
+
+
+def _dedup_compare(got, want):
+    try:
+        g = [(tuple(r.response_ids), r.reward, r.version) for r in got]
+    except (TypeError, AttributeError):
+        return f"expected a list of Rollout objects, got {type(got).__name__}"
+    w = [(tuple(r.response_ids), r.reward, r.version) for r in want]
+    if len(g) != len(w):
+        return f"stored {len(g)} items, expected {len(w)} (capacity or duplicates?)"
+    for i, (a, b) in enumerate(zip(g, w)):
+        if a != b:
+            return (f"item {i} (0 = oldest) is response {list(a[0])} (version {a[2]}), expected "
+                    f"response {list(b[0])} (version {b[2]})")
+    return None
+
+
+# ------------------------------------------------------- 03.reward_weights
+def reward_weights_stub(rewards, inv_temp):
+    """Probabilities softmax(inv_temp * rewards) of drawing each item of one prompt in reward
+    mode. ``rewards``: 1-D numpy array (n,); returns a float array (n,) that sums to 1.
+    Must not overflow for large inv_temp * reward."""
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def reward_weights_solution(rewards, inv_temp):
+    z = inv_temp * np.asarray(rewards, dtype=np.float64)
+    z = z - z.max()  # softmax is unchanged by a shift; this keeps exp() from overflowing
+    e = np.exp(z)
+    return e / e.sum()
+
+
+def _reward_weights_cases():
+    rng = np.random.default_rng(0)
+    return [
+        ((np.array([0.0, 1.0, 1.0, 0.0]), 0.0), {}),          # inv_temp 0: uniform
+        ((np.array([0.0, 1.0, 1.0, 0.0]), 2.0), {}),
+        ((np.array([0.35] * 5, dtype=np.float32), 7.0), {}),  # all equal: uniform
+        ((rng.random(8), 3.0), {}),
+        ((np.array([0.0, 1.0, 0.5]), 1000.0), {}),            # overflows if not stabilised
+        ((np.array([1.0]), 5.0), {}),                         # a single item
+    ]
+
+
+# --------------------------------------------------------- 03.prompt_probs
+def prompt_probs_stub(num_prompts, refreshed, m):
+    """Probability (array of shape (num_prompts,)) that one batch slot picks each prompt
+    0 .. num_prompts-1: with probability m uniformly among ``refreshed`` (prompt ids refreshed
+    since the last sync), otherwise uniformly among all prompts. If ``refreshed`` is empty,
+    always uniformly among all prompts."""
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def prompt_probs_solution(num_prompts, refreshed, m):
+    probs = np.zeros(num_prompts)
+    if len(refreshed) == 0:
+        m = 0.0  # no fresh prompt: the slot always falls back to the uniform draw
+    for p in range(num_prompts):
+        probs[p] += (1 - m) / num_prompts
+        if p in refreshed:
+            probs[p] += m / len(refreshed)
+    return probs
+
+
+def _prompt_probs_cases():
+    return [((10, [2, 5], 0.8), {}), ((10, [2, 5], 0.0), {}), ((10, [2, 5], 1.0), {}),
+            ((6, [], 0.8), {}), ((4, [0, 1, 2, 3], 0.5), {}), ((300, list(range(0, 300, 7)), 0.3), {})]
+
+
+EXERCISES = [
+    Exercise(name="03.dedup",
+             description="per-prompt storage: newest copy wins, capacity drops the oldest",
+             stub=dedup_stub, solution=dedup_solution, reference=dedup_reference,
+             cases=_dedup_cases, compare=_dedup_compare),
+    Exercise(name="03.reward_weights",
+             description="reward-mode item probabilities softmax(inv_temp * reward), stable",
+             stub=reward_weights_stub, solution=reward_weights_solution,
+             reference=reward_probabilities, cases=_reward_weights_cases),
+    Exercise(name="03.prompt_probs",
+             description="probability that one slot picks each prompt, recency probability m",
+             stub=prompt_probs_stub, solution=prompt_probs_solution,
+             reference=prompt_probabilities, cases=_prompt_probs_cases),
+]

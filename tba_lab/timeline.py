@@ -1,0 +1,257 @@
+"""Who was busy when: the searcher / trainer timeline of a run directory, and what it implies.
+
+Reads what :func:`tba_lab.trainer.train` writes:
+
+* ``searchers.jsonl``: one row per generation batch the trainer received, with ``t_start`` /
+  ``t_end`` (seconds since training began), ``gen_seconds`` (sampling the responses),
+  ``score_seconds`` (reward and reference log-probs), the policy ``version`` it was generated
+  with, and ``trainer_step`` (trainer updates done when the trainer drained it from the queue);
+* ``metrics.jsonl``: one row per trainer update, ending at ``wall_seconds`` and lasting
+  ``update_seconds`` (loss, backward, optimizer step and, every k updates, the weight publish);
+  ``wait_seconds`` is the time between the previous update's end and this one's start
+  (draining the queue, sampling the replay buffer, or waiting for data);
+* ``config.yaml`` (mode and sync period k) and ``summary.json``.
+
+All times are **seconds since training began** (the trainer's clock starts after the
+evaluation before training; the searchers start earlier, so their first batch can start at a
+negative time).
+
+Functions: :func:`load_timeline`, :func:`plot_timeline`, :func:`busy_fraction`,
+:func:`fresh_staleness_max`, :func:`arrival_lags`, :func:`run_measurements`.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def _config(run_dir: Path) -> dict:
+    path = run_dir / "config.yaml"
+    if not path.exists():
+        return {}
+    import yaml
+
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def load_timeline(run_dir) -> dict:
+    """Intervals of a run, in seconds since training began.
+
+    Returns:
+        dict with
+          ``searchers``: {searcher_id: {"gen": [(start, end), ...], "score": [(start, end), ...],
+          "version": [policy version of each batch], "trainer_step": [updates done when received]}},
+          ``trainer``: {"update": [(start, end), ...], "wait": [(start, end), ...], "step": [...]},
+          ``publish``: [seconds at which new weights were published (end of every k-th update)],
+          ``mode`` ("async"/"sync"), ``sync_period`` (k), ``wall_seconds`` (training length).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.jsonl`` (not a training run).
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "metrics.jsonl").exists():
+        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: pass the output_dir of a "
+                                "tba_lab.trainer.train run")
+    cfg = _config(run_dir)
+    mode = (cfg.get("async") or {}).get("mode", "async")
+    k = int((cfg.get("async") or {}).get("sync_period", 1))
+    searchers: dict[int, dict] = {}
+    for r in _rows(run_dir / "searchers.jsonl"):
+        s = searchers.setdefault(int(r["searcher_id"]),
+                                 {"gen": [], "score": [], "version": [], "trainer_step": []})
+        mid = r["t_start"] + r["gen_seconds"]
+        s["gen"].append((r["t_start"], mid))
+        s["score"].append((mid, r["t_end"]))
+        s["version"].append(int(r["version"]))
+        s["trainer_step"].append(int(r.get("trainer_step", -1)))
+    trainer = {"update": [], "wait": [], "step": []}
+    publish = []
+    for m in _rows(run_dir / "metrics.jsonl"):
+        end = m["wall_seconds"]
+        start = end - m.get("update_seconds", 0.0)
+        trainer["update"].append((start, end))
+        trainer["wait"].append((start - m.get("wait_seconds", 0.0), start))
+        trainer["step"].append(int(m["step"]))
+        if int(m["step"]) % k == 0:
+            publish.append(end)
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    wall = summary.get("wall_seconds") or (trainer["update"][-1][1] if trainer["update"] else 0.0)
+    return {"searchers": dict(sorted(searchers.items())), "trainer": trainer, "publish": publish,
+            "mode": mode, "sync_period": k, "wall_seconds": float(wall)}
+
+
+def busy_fraction(intervals, window) -> float:
+    """Fraction of ``window = (t0, t1)`` covered by the union of ``intervals``.
+
+    Args:
+        intervals: iterable of (start, end) pairs in seconds; they may overlap, touch, or reach
+            outside the window (only the part inside counts, overlaps count once).
+        window: (t0, t1) with t1 > t0.
+
+    Returns:
+        float in [0, 1].
+
+    Raises:
+        ValueError: if t1 <= t0.
+    """
+    t0, t1 = float(window[0]), float(window[1])
+    if t1 <= t0:
+        raise ValueError(f"window {window!r}: the end must be after the start")
+    clipped = sorted((max(s, t0), min(e, t1)) for s, e in intervals if min(e, t1) > max(s, t0))
+    covered, cur_s, cur_e = 0.0, None, None
+    for s, e in clipped:
+        if cur_e is None or s > cur_e:  # a gap: close the current run of intervals
+            if cur_e is not None:
+                covered += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        covered += cur_e - cur_s
+    return covered / (t1 - t0)
+
+
+def fresh_staleness_max(arrival_lag, sync_period):
+    """Largest staleness a generation batch can have when the trainer draws it in RECENCY mode.
+
+    The kit's semantics: weights are published (and ``mark_sync`` called) when the trainer's
+    update count reaches a multiple of k, and the version of a batch is the update count of the
+    weights it was generated with, so versions are multiples of k. A batch received when the
+    trainer has done ``v + a`` updates (``a`` = ``arrival_lag``) stays in the "refreshed since
+    the last sync" set until the next multiple of k after ``v + a``; the last update that can
+    draw it in recency mode starts at that multiple minus 1, so its staleness there is
+
+        k * floor(a / k) + k - 1.
+
+    With a <= 2k - 1 (the batch arrives within k updates of the next publish) this is at most
+    2k - 1, the "about 2k - 1" of DESIGN sec. 2. Reward-mode draws of older prompts are not
+    bounded by this (``buffer.max_prompts`` bounds them).
+
+    Args:
+        arrival_lag: int or integer numpy array, updates between publish and receipt (>= 0).
+        sync_period: int or integer numpy array, k >= 1.
+
+    Returns:
+        int or integer numpy array of the same shape.
+    """
+    a = np.asarray(arrival_lag)
+    k = np.asarray(sync_period)
+    out = k * (a // k) + k - 1
+    return int(out) if out.ndim == 0 else out
+
+
+def arrival_lags(run_dir) -> list[int]:
+    """``trainer_step - version`` of every generation batch: trainer updates done between the
+    publish of the weights a batch was generated with and the batch's arrival in the buffer."""
+    return [int(r["trainer_step"]) - int(r["version"])
+            for r in _rows(Path(run_dir) / "searchers.jsonl") if "trainer_step" in r]
+
+
+def run_measurements(run_dir) -> dict:
+    """Headline timings of a run (what notebook 05's simulator takes as inputs).
+
+    Returns:
+        dict with ``mode``, ``sync_period``, ``num_searchers``, ``gen_seconds``,
+        ``score_seconds`` (medians per generation batch), ``update_seconds`` (median per trainer
+        update), ``updates_per_minute``, ``staleness_mean``, ``staleness_max`` (from
+        ``summary.json``), plus ``batch_prompts``, ``group_size``, ``searcher_threads``,
+        ``trainer_threads`` (the torch threads each process used), ``trainer_steps`` and
+        ``wall_seconds``.
+    """
+    run_dir = Path(run_dir)
+    cfg = _config(run_dir)
+    a, tr = cfg.get("async") or {}, cfg.get("training") or {}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    batches = _rows(run_dir / "searchers.jsonl")
+    updates = _rows(run_dir / "metrics.jsonl")
+    mode = a.get("mode", "async")
+    cores = _cores()
+    auto = 1 if mode == "async" else cores  # the trainer's and searcher's "0 = auto" rule
+
+    def med(rows, key):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return round(statistics.median(vals), 4) if vals else None
+
+    return {"mode": mode, "sync_period": int(a.get("sync_period", 1)),
+            "num_searchers": int(a.get("num_searchers", 1)),
+            "gen_seconds": med(batches, "gen_seconds"), "score_seconds": med(batches, "score_seconds"),
+            "update_seconds": med(updates, "update_seconds"),
+            "updates_per_minute": summary.get("updates_per_minute"),
+            "staleness_mean": summary.get("staleness_mean"),
+            "staleness_max": summary.get("staleness_max"),
+            "batch_prompts": tr.get("num_prompts_per_step"), "group_size": tr.get("num_generations"),
+            "searcher_threads": int(a.get("searcher_threads") or auto),
+            "trainer_threads": int(a.get("trainer_threads") or auto),
+            "trainer_steps": summary.get("trainer_steps"), "wall_seconds": summary.get("wall_seconds")}
+
+
+def _cores() -> int:
+    """What the trainer's "0 = auto" thread rule gives in a fresh process (one per core)."""
+    import os
+
+    return max(1, os.cpu_count() or 1)
+
+
+def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legend: bool = True):
+    """Draw who was busy when: one row per searcher (generation, then scoring) and one for the
+    trainer (updates; the gaps before them as waiting/draining/sampling), with a tick at every
+    weight publish.
+
+    Args:
+        run_dir: a :func:`tba_lab.trainer.train` output directory.
+        ax: a matplotlib Axes to draw on (a new figure when None).
+        window: (t0, t1) in seconds since training began (default: the whole run).
+        title: axes title (default: mode and sync period).
+        legend: draw the legend below the axes (turn off for all but one of stacked panels).
+
+    Returns:
+        the Axes.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    tl = load_timeline(run_dir)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 1.2 + 0.6 * (1 + len(tl["searchers"]))))
+    t0, t1 = window if window is not None else (0.0, tl["wall_seconds"])
+
+    def bars(intervals, y, color, **kw):
+        spans = [(s, e - s) for s, e in intervals if e > t0 and s < t1 and e > s]
+        if spans:
+            ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=color, **kw)
+
+    labels = ["trainer"]
+    bars(tl["trainer"]["wait"], 0, "0.85", edgecolor="0.6", hatch="//", linewidth=0.3)
+    bars(tl["trainer"]["update"], 0, "C0", edgecolor="white", linewidth=0.3)
+    pubs = [t for t in tl["publish"] if t0 <= t <= t1]
+    if pubs:
+        ax.vlines(pubs, -0.45, 0.45, colors="k", linewidth=0.8)
+    for i, (sid, s) in enumerate(tl["searchers"].items(), start=1):
+        bars(s["gen"], i, "C1", edgecolor="white", linewidth=0.3)
+        bars(s["score"], i, "C2", edgecolor="white", linewidth=0.3)
+        labels.append(f"searcher {sid}")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_ylim(-0.6, len(labels) - 0.4)
+    ax.set_xlim(t0, t1)
+    ax.set_xlabel("seconds since training began")
+    ax.set_title(title or f"{tl['mode']} mode, sync period k = {tl['sync_period']}")
+    ax.grid(axis="x", alpha=0.3)
+    if not legend:
+        return ax
+    ax.legend(handles=[Patch(color="C0", label="trainer update"),
+                       Patch(facecolor="0.85", edgecolor="0.6", hatch="//",
+                             label="trainer between updates (drain, sample, wait)"),
+                       Patch(color="C1", label="searcher generation"),
+                       Patch(color="C2", label="searcher scoring (reward + ref log-probs)"),
+                       plt.Line2D([], [], color="k", linewidth=0.8, label="weights published")],
+              loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(labels) < 3 else -0.25),
+              ncol=3, fontsize=8, frameon=False)
+    return ax

@@ -1,0 +1,87 @@
+"""The timeline simulator (tba_lab.simulate) and the explorer's helpers (tba_lab.widgets):
+closed forms, steady-state rates of the event simulation, queue blocking, staleness, knobs."""
+import math
+
+import numpy as np
+import pytest
+
+from tba_lab.simulate import (async_throughput, format_table, plan_placement, simulate,
+                              sync_updates_per_minute)
+from tba_lab.widgets import knob_overrides, make_config, merge_overrides, moving_average
+
+
+def test_closed_forms():
+    assert sync_updates_per_minute(0.2, 0.1, 0.3) == pytest.approx(100.0)
+    assert async_throughput(0.2, 0.1, 0.3, 1, 2) == pytest.approx((200.0, 200.0))
+    up, bp = async_throughput(0.2, 0.1, 0.3, 2, 2)  # 3 busy on 2 cores: 1.5x slower
+    assert (up, bp) == pytest.approx((200.0 / 1.5, 400.0 / 1.5))
+    assert async_throughput(0.2, 0.1, 0.3, 5, None) == pytest.approx((200.0, 1000.0))
+
+
+def test_sync_simulation_matches_closed_form_and_is_on_policy():
+    r = simulate(0.2, 0.1, 0.3, mode="sync", duration=60, initial_fill=0)
+    assert r.steady_updates_per_minute == pytest.approx(100.0, rel=1e-6)
+    assert r.staleness.size and (r.staleness == 0).all()
+    assert r.batches == r.updates or r.batches == r.updates + 1
+
+
+def test_async_rates_with_and_without_contention():
+    # searchers slower than the trainer per batch, so the queue never fills
+    alone = simulate(0.5, 0.1, 0.3, num_searchers=1, cores=2, duration=120)
+    assert alone.steady_updates_per_minute == pytest.approx(200.0, rel=1e-6)
+    two = simulate(0.5, 0.1, 0.3, num_searchers=2, cores=2, duration=120)
+    assert two.steady_updates_per_minute == pytest.approx(200.0 / 1.5, rel=1e-6)
+    free = simulate(0.5, 0.1, 0.3, num_searchers=2, cores=None, duration=120)
+    assert free.steady_updates_per_minute == pytest.approx(200.0, rel=1e-6)
+    assert all(b == 0 for b in two.blocked_fraction)
+
+
+def test_full_queue_blocks_searchers():
+    r = simulate(0.05, 0.0, 0.5, num_searchers=4, cores=None, queue_size=2, duration=60)
+    assert min(r.blocked_fraction) > 0.5
+    # at most queue_size + num_searchers batches can arrive per update
+    assert r.batches <= (r.updates + 1) * (2 + 4)
+
+
+def test_staleness_grows_with_sync_period_and_publish_cost_favours_large_k():
+    k1 = simulate(0.3, 0.05, 0.3, sync_period=1, duration=120)
+    k8 = simulate(0.3, 0.05, 0.3, sync_period=8, duration=120)
+    assert k8.staleness_mean > k1.staleness_mean
+    assert k1.staleness.min() >= 0
+    costly1 = simulate(0.3, 0.05, 0.3, sync_period=1, publish_seconds=0.3, duration=120)
+    costly8 = simulate(0.3, 0.05, 0.3, sync_period=8, publish_seconds=0.3, duration=120)
+    assert costly8.steady_updates_per_minute > 1.5 * costly1.steady_updates_per_minute
+
+
+def test_start_up_fill_and_max_steps():
+    r = simulate(0.2, 0.1, 0.3, searcher_start_seconds=5.0, initial_fill=256, duration=30)
+    first = r.intervals["trainer"][0][0]
+    assert first >= 5.0 + 2 * 0.3 - 1e-9  # two batches of 128 before the first update
+    assert simulate(0.2, 0.1, 0.3, max_steps=7, duration=600).updates == 7
+    with pytest.raises(ValueError):
+        simulate(float("nan"), 0.1, 0.3)
+    with pytest.raises(ValueError):
+        simulate(0.2, 0.1, 0.3, mode="bogus")
+
+
+def test_placement_and_table(capsys):
+    assert set(plan_placement(2, num_gpus=0, verbose=False).values()) == {"cpu"}
+    plan = plan_placement(3, num_gpus=4, verbose=False)
+    assert plan["trainer"] == "cuda:0" and "cuda:0" not in [plan[f"searcher {i}"] for i in range(3)]
+    text = format_table([{"a": 1.23456, "b": None, "c": math.nan}], ["a", "b", "c"])
+    assert "1.23" in text and text.count("-") >= 3
+
+
+def test_moving_average_and_knobs(tmp_path):
+    np.testing.assert_allclose(moving_average([1, 2, 3, 4], 2), [1, 1.5, 2.5, 3.5])
+    np.testing.assert_allclose(moving_average([1, 2, 3], 10), [1, 1.5, 2])
+    assert moving_average([], 3).size == 0
+    o = knob_overrides(algo="grpo", beta=0.04, beta_final=0.01, beta_anneal_steps=5)
+    assert o["grpo"] == {"beta": 0.04} and "tb" not in o  # annealing is TB-only
+    o = knob_overrides(algo="tb", beta=0.1, beta_final=0.02, beta_anneal_steps=50, sync_period=4)
+    cfg = make_config(merge_overrides(o, {"training": {"max_steps": 3}}), 30, tmp_path / "run")
+    assert cfg.tb.beta_final == 0.02 and cfg.async_.sync_period == 4
+    assert cfg.training.max_steps == 3 and cfg.training.learning_rate == 5e-5
+    assert cfg.max_minutes == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        knob_overrides(algo="ppo")
