@@ -91,6 +91,17 @@ def _check_group_layout(n: int, group_size: int) -> int:
     return n // group_size
 
 
+def _grouped_rewards(rewards, group_size: int) -> tuple[torch.Tensor, int]:
+    """``rewards`` as a 1-D float tensor (float32 if integer/bool) and B = N // group_size;
+    ValueError if not 1-D or not a whole number of prompt-major groups."""
+    rewards = torch.as_tensor(rewards)
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
+    return rewards, _check_group_layout(rewards.shape[0], group_size)
+
+
 def _check_beta(beta) -> float:
     beta = float(beta)
     if not beta > 0 or not math.isfinite(beta):  # also rejects NaN
@@ -371,12 +382,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: str 
     """
     if scale_rewards not in SCALE_REWARDS:
         raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {scale_rewards!r}")
-    rewards = torch.as_tensor(rewards)
-    if not rewards.is_floating_point():
-        rewards = rewards.float()
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
-    b = _check_group_layout(rewards.shape[0], group_size)
+    rewards, b = _grouped_rewards(rewards, group_size)
     if group_size == 1:
         return torch.zeros_like(rewards)
     grouped = rewards.view(b, group_size)                          # (B, K)
@@ -537,12 +543,7 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, kl: torch.Tensor | N
     Raises:
         ValueError: rewards not 1-D, group_size < 2, N % group_size != 0, beta < 0, kl shape.
     """
-    rewards = torch.as_tensor(rewards)
-    if not rewards.is_floating_point():
-        rewards = rewards.float()
-    if rewards.dim() != 1:
-        raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
-    b = _check_group_layout(rewards.shape[0], group_size)
+    rewards, b = _grouped_rewards(rewards, group_size)
     if group_size < 2:
         raise ValueError(f"group_size={group_size}: RLOO's leave-one-out baseline needs K >= 2")
     if beta < 0:

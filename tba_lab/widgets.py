@@ -11,8 +11,8 @@ Two ways in, one code path:
   live=False)`` trains in the calling thread and saves the final figure.
 
 ``train()`` installs its Ctrl-C / SIGTERM handlers only on the main thread, so running it in a
-background thread is supported; a run started from the explorer cannot be stopped early (it ends
-at its budget, at most a few minutes).
+background thread is supported; the explorer's "Stop" button ends a run early through
+``train(..., stop_event=...)`` (everything so far is saved, as at the end of the budget).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-ALGOS = ("tb", "grpo", "dr_grpo", "rloo", "online_dpo")
+from tba_lab.config import ALGOS
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,7 +233,8 @@ def _ipython_updater():
 
 def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path, live: bool = True,
                  poll_seconds: float = 1.0, on_update=None, compare_with=None, label: str | None = None,
-                 seed: int = 0, figure_name: str = "explorer.png") -> dict:
+                 seed: int = 0, figure_name: str = "explorer.png",
+                 stop_event: threading.Event | None = None) -> dict:
     """Train for ``seconds`` with ``config_overrides`` into ``output_dir`` and plot the curves.
 
     Args:
@@ -249,6 +250,7 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
         label: legend label of this run (default: the directory name).
         seed: run seed.
         figure_name: the PNG written into ``output_dir``.
+        stop_event: set it to end the run after the current update (passed to ``train``).
 
     Returns:
         {"summary": the run's summary dict, "run_dir": Path, "figure": Path of the PNG,
@@ -270,13 +272,13 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
     result: dict = {}
     try:
         if not live:
-            result["summary"] = train(cfg, progress=False)
+            result["summary"] = train(cfg, progress=False, stop_event=stop_event)
         else:
             update = on_update or _ipython_updater() or (lambda fig: None)
 
             def target():
                 try:
-                    result["summary"] = train(cfg, progress=False)
+                    result["summary"] = train(cfg, progress=False, stop_event=stop_event)
                 except BaseException as e:  # handed to the caller below
                     result["error"] = e
 
@@ -338,6 +340,8 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
                          style=style, layout=lay)
     run_btn = W.Button(description="Run", button_style="primary", icon="play")
     clear_btn = W.Button(description="Clear")
+    stop_btn = W.Button(description="Stop", icon="stop")
+    stop_event = threading.Event()
     status = W.HTML(value="Set the knobs and press Run.")
     image = W.Image(format="png", layout=W.Layout(width="900px"))
     state = {"runs": [], "busy": False}
@@ -358,7 +362,7 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
         t0 = time.time()
         try:
             res = run_and_plot(overrides, budget.value, out, live=True, on_update=set_image,
-                               compare_with=list(state["runs"]), label=label)
+                               compare_with=list(state["runs"]), label=label, stop_event=stop_event)
             s = res["summary"] or {}
             state["runs"].append(out)
             status.value = (f"<b>{label}</b> done in {time.time() - t0:.0f} s: "
@@ -387,6 +391,7 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
             return
         label = f"{out.name} {algo.value} beta={beta.value:.3g}"
         state["busy"] = True
+        stop_event.clear()
         run_btn.disabled = True
         status.value = f"running <b>{label}</b> for {budget.value} s (plus start-up and evaluation)..."
         threading.Thread(target=work, args=(overrides, out, label), daemon=True).start()
@@ -397,11 +402,17 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
             image.value = b""
             status.value = "Cleared; the next run is drawn alone."
 
+    def on_stop(_):
+        if state["busy"]:
+            stop_event.set()
+            status.value = "stopping after the current update (the run so far is saved)..."
+
     run_btn.on_click(on_run)
+    stop_btn.on_click(on_stop)
     clear_btn.on_click(on_clear)
     left = W.VBox([algo, mode, beta, anneal, beta_final, anneal_steps, lr])
     right = W.VBox([k_gen, m, inv_temp, sync_period, searchers, budget])
-    return W.VBox([W.HBox([left, right]), W.HBox([run_btn, clear_btn]), status, image])
+    return W.VBox([W.HBox([left, right]), W.HBox([run_btn, stop_btn, clear_btn]), status, image])
 
 
 __all__ = ["moving_average", "read_run", "knob_overrides", "merge_overrides", "make_config", "draw_runs",

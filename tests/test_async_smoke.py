@@ -245,3 +245,27 @@ def test_every_baseline_trains_end_to_end(tmp_path, algo, mode, extra):
     if extra:
         assert summary["learned_log_z"] != 0.0  # one AdamW step at lr 0.1 moves it by ~0.1
         assert rows[0]["log_z"] == 0.0 and rows[-1]["log_z"] != 0.0
+
+
+def test_stop_event_ends_a_threaded_run_early_and_saves(tmp_path):
+    """A run in a background thread (the notebook explorer) stops on its ``stop_event``."""
+    import threading
+
+    from tba_lab.trainer import train
+
+    torch.set_num_threads(1)
+    cfg = _config(tmp_path, training={"max_steps": 10_000}, async_={"searcher_threads": 1})
+    stop, result = threading.Event(), {}
+    worker = threading.Thread(target=lambda: result.update(train(cfg, progress=False, stop_event=stop)))
+    worker.start()
+    deadline = time.time() + 120
+    while time.time() < deadline and len(_read_jsonl(tmp_path / "metrics.jsonl") if
+                                         (tmp_path / "metrics.jsonl").exists() else []) < 2:
+        time.sleep(0.2)
+    stop.set()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    _assert_no_children()
+    assert 2 <= result["trainer_steps"] < 10_000 and result["interrupted"] is False
+    assert json.loads((tmp_path / "summary.json").read_text())["trainer_steps"] == result["trainer_steps"]
+    assert (tmp_path / "policy").is_dir() and (tmp_path / "buffer.pt").is_file()

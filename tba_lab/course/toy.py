@@ -175,6 +175,23 @@ def toy_loss(method: str, logits: torch.Tensor, batch: dict, problem: ToyProblem
                      clip_eps=clip_eps, beta=0.0, loss_type="grpo")
 
 
+def _one_thread(fn):
+    """Run ``fn`` with one torch thread (restored after): the toy's tensors are tiny, and extra
+    threads only spin, which is slow on a busy 2-core machine."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+    return wrapper
+
+
+@_one_thread
 def train_toy(problem: ToyProblem, method: str, lag: int = 0,
               behaviour_logits: torch.Tensor | None = None, steps: int = 300, k: int = 16,
               lr: float = 0.05, clip_eps: float = 0.2, seed: int = 0) -> dict:
