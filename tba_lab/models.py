@@ -22,6 +22,7 @@ greedy accuracy by about 1 point in the same time (see the README's results sect
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -100,6 +101,20 @@ def _plain_sampling(model) -> None:
     gc.bos_token_id = model.config.bos_token_id
 
 
+@contextlib.contextmanager
+def quiet_progress():
+    """Switch transformers' progress bars off inside the block (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32):
     """Load ``(model, tokenizer)`` from a local folder (or hub name) with the Auto classes.
 
@@ -119,7 +134,8 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    with quiet_progress():  # no "Loading weights" bar per load (searchers load twice each)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     _plain_sampling(model)

@@ -156,7 +156,7 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
 
     from tba_lab.actors.local import LocalLauncher
     from tba_lab.eval import greedy_accuracy
-    from tba_lab.models import load_policy
+    from tba_lab.models import load_policy, quiet_progress
     from tba_lab.plots import plot_curves
     from tba_lab.tasks.gsm8k import read_jsonl
 
@@ -327,7 +327,8 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
         metrics_f.close()
         searchers_f.close()
         eval_f.close()
-        model.save_pretrained(out / "policy")
+        with quiet_progress():
+            model.save_pretrained(out / "policy")
         tokenizer.save_pretrained(out / "policy")
         buffer.save(out / "buffer.pt")
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

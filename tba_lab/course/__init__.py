@@ -92,6 +92,14 @@ def _default_compare(got, want, rtol: float, atol: float) -> str | None:
             if msg:
                 return f"output {i}: {msg}"
         return None
+    try:
+        import torch
+
+        if (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)
+                and got.dtype != want.dtype and want.is_floating_point()):
+            return f"dtype {got.dtype}, expected {want.dtype}"
+    except ImportError:  # pragma: no cover
+        pass
     g, w = _as_array(got), _as_array(want)
     if g.shape != w.shape:
         return f"shape {g.shape}, expected {w.shape}"
@@ -100,6 +108,19 @@ def _default_compare(got, want, rtol: float, atol: float) -> str | None:
         return (f"values differ (largest gap at flat index {bad}: got {g.reshape(-1)[bad]:.6g}, "
                 f"expected {w.reshape(-1)[bad]:.6g})")
     return None
+
+
+def _describe(args: tuple, kwargs: dict) -> str:
+    """Short text of a case's inputs: shapes and dtypes of tensors, values of scalars."""
+    def one(x):
+        shape = getattr(x, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return f"{type(x).__name__}{tuple(shape)} {getattr(x, 'dtype', '')}".strip()
+        if isinstance(x, (list, tuple)) and len(x) > 6:
+            return f"{type(x).__name__} of {len(x)}"
+        return repr(x) if len(repr(x)) <= 60 else repr(x)[:57] + "..."
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
 
 
 def check(name: str, fn: Callable, verbose: bool = True) -> bool:
@@ -112,7 +133,8 @@ def check(name: str, fn: Callable, verbose: bool = True) -> bool:
         raise KeyError(f"unknown exercise {name!r}; known: {sorted(EXERCISES)}")
     ex = EXERCISES[name]
     say = print if verbose else (lambda *a, **k: None)
-    for i, (args, kwargs) in enumerate(ex.cases()):
+    for i, case in enumerate(ex.cases()):
+        args, kwargs = case[0], case[1]
         want = ex.reference(*args, **kwargs)
         try:
             got = fn(*args, **kwargs)
@@ -125,7 +147,9 @@ def check(name: str, fn: Callable, verbose: bool = True) -> bool:
         msg = (ex.compare(got, want) if ex.compare else
                _default_compare(got, want, ex.rtol, ex.atol))
         if msg:
-            say(f"FAIL {name}: case {i}: {msg}")
+            say(f"FAIL {name}: case {i}: {msg}\n  inputs: {_describe(args, kwargs)}\n"
+                f"  (to get them: from tba_lab.course import EXERCISES; "
+                f"args, kwargs = EXERCISES[{name!r}].cases()[{i}][:2])")
             return False
     say(f"PASS {name}: {ex.description}")
     return True

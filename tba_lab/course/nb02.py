@@ -60,13 +60,22 @@ def vargrad_log_z_solution(logps, ref_logps, rewards, beta, group_size):
     return terms.view(-1, group_size).mean(dim=1)          # (B,) average within each prompt's group
 
 
+def _detached_compare(got, want):
+    """log Z_hat must carry no gradient (the sg[.] of Eq. 4), then match the reference."""
+    from tba_lab.course import _default_compare
+
+    if isinstance(got, torch.Tensor) and got.requires_grad:
+        return "the result carries a gradient: log Z_hat is detached (sg[.]): use .detach()"
+    return _default_compare(got, want, rtol=1e-5, atol=1e-4)
+
+
 def _tb_cases():
     g = torch.Generator().manual_seed(202)
     cases = []
     for b, k, beta in ((1, 4, 1.0), (3, 4, 0.1), (2, 8, 0.05), (4, 2, 0.5)):
         n = b * k
-        logps = -torch.rand(n, generator=g) * 20            # sequence log-probs: sums over tokens
-        ref = logps + 0.5 * torch.randn(n, generator=g)
+        logps = (-torch.rand(n, generator=g) * 20).requires_grad_()  # sequence log-probs, with grad
+        ref = logps.detach() + 0.5 * torch.randn(n, generator=g)
         r = (torch.rand(n, generator=g) < 0.4).float()
         cases.append(((logps, ref, r, beta, k), {}))
     return cases
@@ -107,7 +116,7 @@ EXERCISES = [
     Exercise(name="02.vargrad_log_z",
              description="VarGrad log-partition per prompt (Eq. 4)",
              stub=vargrad_log_z_stub, solution=vargrad_log_z_solution, reference=vargrad_log_z,
-             cases=_tb_cases, rtol=1e-5, atol=1e-4),
+             cases=_tb_cases, rtol=1e-5, atol=1e-4, compare=_detached_compare),
     Exercise(name="02.tb_loss",
              description="trajectory balance loss with VarGrad log Z, batch mean (Eq. 3-5)",
              stub=tb_loss_stub, solution=tb_loss_solution, reference=_tb_loss_reference,

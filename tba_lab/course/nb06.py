@@ -32,7 +32,7 @@ def _beta_cases():
         ((500, 0.014, 0.004, 500), {}),
         ((2000, 0.014, 0.004, 500), {}),   # past the end: constant
         ((37, 1.0, 0.05, 100), {}),
-        ((10, 0.1, 0.1, 0), {}),           # no annealing
+        ((10, 0.1, 0.05, 0), {}),          # anneal_steps 0: beta_final from the start
         ((3, 0.02, 0.2, 10), {}),          # increasing is allowed
     ]
 
