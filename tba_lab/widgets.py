@@ -276,21 +276,16 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
         else:
             update = on_update or _ipython_updater() or (lambda fig: None)
 
-            def target():
-                try:
-                    result["summary"] = train(cfg, progress=False, stop_event=stop_event)
-                except BaseException as e:  # handed to the caller below
-                    result["error"] = e
+            from tba_lab.course.live import BackgroundRun
 
-            worker = threading.Thread(target=target, name="tba-explorer-train", daemon=True)
-            worker.start()
+            run = BackgroundRun(cfg, stop_event=stop_event).start()
             fig = None
-            while worker.is_alive():
-                worker.join(timeout=poll_seconds)
+            while not run.wait(poll_seconds):
                 if (out / "metrics.jsonl").exists():
                     fig = draw_runs(dirs, labels, fig=fig)
                     update(fig)
-            if "error" in result:
+            result["summary"], result["error"] = run.summary, run.error
+            if result["error"] is not None:
                 raise RuntimeError(f"training run in {out} failed: {result['error']}") from result["error"]
     finally:
         torch.set_num_threads(threads)

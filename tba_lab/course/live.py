@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from tba_lab.plots import read_jsonl_rows
+from tba_lab.widgets import moving_average  # noqa: F401  (re-exported for notebook 01)
 
 
 class BackgroundRun:
@@ -21,10 +22,13 @@ class BackgroundRun:
 
     Args:
         cfg: a :class:`~tba_lab.config.RunConfig`.
+        stop_event: optional ``threading.Event``; setting it ends the run early (``train``'s
+            ``stop_event``), with everything saved.
     """
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, stop_event: threading.Event | None = None):
         self.cfg = cfg
+        self.stop_event = stop_event
         self.run_dir = Path(cfg.output_dir)
         self.summary: dict | None = None
         self.error: BaseException | None = None
@@ -34,7 +38,7 @@ class BackgroundRun:
         from tba_lab.trainer import train
 
         try:
-            self.summary = train(self.cfg, progress=False)
+            self.summary = train(self.cfg, progress=False, stop_event=self.stop_event)
         except BaseException as e:  # handed to the notebook by join()
             self.error = e
 
@@ -65,17 +69,6 @@ class BackgroundRun:
     def evals(self) -> list[dict]:
         """The ``eval.jsonl`` rows written so far (held-out greedy accuracy)."""
         return read_jsonl_rows(self.run_dir / "eval.jsonl")
-
-
-def moving_average(values: list[float], window: int) -> list[float]:
-    """Trailing moving average (the first points average over what exists so far)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
-    return out
 
 
 def watch(run: BackgroundRun, draw, every: float = 5.0) -> None:
