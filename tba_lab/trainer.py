@@ -28,7 +28,8 @@ Outputs in ``output_dir``: ``metrics.jsonl`` (one object per update, with the up
 ``update_seconds`` and the ``wait_seconds`` before it), ``searchers.jsonl`` (one object per
 generation batch: searcher, policy version, start / end seconds since training began, generation
 and scoring seconds), ``eval.jsonl`` (held-out accuracy over time), ``summary.json``,
-``config.yaml``, ``curves.png``, ``buffer.pt``, and the final policy (``save_pretrained``). Ctrl-C stops it within seconds, saving all of these so far.
+``config.yaml``, ``curves.png``, ``buffer.pt``, and the final policy (``save_pretrained``).
+Ctrl-C stops it within seconds, saving all of these so far.
 """
 from __future__ import annotations
 
