@@ -71,12 +71,14 @@ class GRPOConfig:
 
 @dataclass
 class RLOOConfig:
+    """RLOO (Ahmadian et al. 2024): ``losses.rloo_advantages`` + ``losses.rloo_loss``."""
     beta: float = 0.05                  # KL coefficient, folded into the reward (TRL's RLOOConfig default)
     epsilon: float = 0.2                # PPO clip range of the per-token ratio (off-policy data)
 
 
 @dataclass
 class OnlineDPOConfig:
+    """Online DPO (Guo et al. 2024) on each group's best / worst response: ``losses.online_dpo_loss``."""
     beta: float = 0.1                   # DPO temperature beta (TRL's OnlineDPOConfig default)
 
 

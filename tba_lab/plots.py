@@ -6,9 +6,52 @@ from pathlib import Path
 
 
 def read_jsonl_rows(path: Path) -> list[dict]:
-    """Rows of a JSONL file, or ``[]`` when it does not exist (a run that stopped early)."""
+    """Rows of a JSONL file, or ``[]`` when it does not exist (a run that stopped early).
+
+    A run still in progress may be writing its last line: an undecodable LAST line is left out.
+    An undecodable line anywhere else raises ``json.JSONDecodeError`` (a corrupt file).
+    """
     path = Path(path)
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+    return rows
+
+
+def moving_average(values, window: int):
+    """Trailing moving average: ``out[i] = mean(values[max(0, i - window + 1) : i + 1])``.
+
+    The first ``window - 1`` points average over what exists so far (no padding), so the output
+    has the input's length.
+
+    Args:
+        values: 1-D sequence of numbers.
+        window: number of points averaged, >= 1.
+
+    Returns:
+        float64 numpy array of ``len(values)``.
+
+    Raises:
+        ValueError: window < 1.
+    """
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    if window < 1:
+        raise ValueError(f"window={window}: must be >= 1")
+    if x.size == 0:
+        return x
+    c = np.concatenate([[0.0], np.cumsum(x)])
+    idx = np.arange(1, x.size + 1)
+    lo = np.maximum(0, idx - window)
+    return (c[idx] - c[lo]) / (idx - lo)
 
 
 def plot_curves(run_dir: str | Path, path: str | Path | None = None):
@@ -49,8 +92,7 @@ def plot_curves(run_dir: str | Path, path: str | Path | None = None):
             if not pts:
                 continue
             xs, ys = zip(*pts)
-            smooth = [sum(ys[max(0, i - w + 1):i + 1]) / len(ys[max(0, i - w + 1):i + 1])
-                      for i in range(len(ys))]
+            smooth = moving_average(ys, w)
             ax2.plot(xs, smooth, label=f"{label} (moving average of {w})")
         ax2.legend(loc="lower right")
     ax2.set(xlabel="training wall-clock (s)", ylabel="mean reward", title="Training reward")

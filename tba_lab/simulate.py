@@ -50,6 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tba_lab.plots import read_jsonl_rows
+
 # ----------------------------------------------------------------------------------------------
 # Closed forms (the references of exercises 05.sync_throughput and 05.async_throughput)
 # ----------------------------------------------------------------------------------------------
@@ -378,9 +380,6 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
 # ----------------------------------------------------------------------------------------------
 
 
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
-        if path.exists() else []
 
 
 def run_timings(run_dir: str | Path) -> dict:
@@ -413,7 +412,8 @@ def run_timings(run_dir: str | Path) -> dict:
         raise FileNotFoundError(f"{run_dir / 'summary.json'} not found: the run did not finish")
     summary = json.loads((run_dir / "summary.json").read_text())
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    metrics, batches = _rows(run_dir / "metrics.jsonl"), _rows(run_dir / "searchers.jsonl")
+    metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
+    batches = read_jsonl_rows(run_dir / "searchers.jsonl")
     a = cfg["async"]
     med = (lambda xs: float(statistics.median(xs)) if xs else float("nan"))
     steady = float("nan")

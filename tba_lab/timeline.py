@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tba_lab.plots import read_jsonl_rows
 
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
 
 
 def _config(run_dir: Path) -> dict:
@@ -63,7 +63,7 @@ def load_timeline(run_dir) -> dict:
     mode = (cfg.get("async") or {}).get("mode", "async")
     k = int((cfg.get("async") or {}).get("sync_period", 1))
     searchers: dict[int, dict] = {}
-    for r in _rows(run_dir / "searchers.jsonl"):
+    for r in read_jsonl_rows(run_dir / "searchers.jsonl"):
         s = searchers.setdefault(int(r["searcher_id"]),
                                  {"gen": [], "score": [], "version": [], "trainer_step": []})
         mid = r["t_start"] + r["gen_seconds"]
@@ -73,7 +73,7 @@ def load_timeline(run_dir) -> dict:
         s["trainer_step"].append(int(r.get("trainer_step", -1)))
     trainer = {"update": [], "wait": [], "step": []}
     publish = []
-    for m in _rows(run_dir / "metrics.jsonl"):
+    for m in read_jsonl_rows(run_dir / "metrics.jsonl"):
         end = m["wall_seconds"]
         start = end - m.get("update_seconds", 0.0)
         trainer["update"].append((start, end))
@@ -152,7 +152,7 @@ def arrival_lags(run_dir) -> list[int]:
     """``trainer_step - version`` of every generation batch: trainer updates done between the
     publish of the weights a batch was generated with and the batch's arrival in the buffer."""
     return [int(r["trainer_step"]) - int(r["version"])
-            for r in _rows(Path(run_dir) / "searchers.jsonl") if "trainer_step" in r]
+            for r in read_jsonl_rows(Path(run_dir) / "searchers.jsonl") if "trainer_step" in r]
 
 
 def run_measurements(run_dir) -> dict:
@@ -170,8 +170,8 @@ def run_measurements(run_dir) -> dict:
     cfg = _config(run_dir)
     a, tr = cfg.get("async") or {}, cfg.get("training") or {}
     summary = json.loads((run_dir / "summary.json").read_text())
-    batches = _rows(run_dir / "searchers.jsonl")
-    updates = _rows(run_dir / "metrics.jsonl")
+    batches = read_jsonl_rows(run_dir / "searchers.jsonl")
+    updates = read_jsonl_rows(run_dir / "metrics.jsonl")
     mode = a.get("mode", "async")
     cores = _cores()
     auto = 1 if mode == "async" else cores  # the trainer's and searcher's "0 = auto" rule

@@ -92,12 +92,13 @@ def compute_loss(cfg: RunConfig, model, batch: list[Rollout], pad_id: int, step:
                                           cfg.model.temperature)  # (N, R), (N, R)
     rewards = torch.tensor([r.reward for r in batch], dtype=torch.float32)  # (N,)
     beta = current_beta(cfg, step)
-    if needs_reference(cfg.algo, cfg.grpo.beta) and any(r.ref_token_logps is None for r in batch):
-        raise ValueError(f"algo={cfg.algo!r} needs reference log-probs but these rollouts carry "
-                         "none (they come from a run without a reference: GRPO with grpo.beta 0); "
-                         "generate them with this config or start with an empty buffer")
-    ref_seq = (torch.tensor([sum(r.ref_token_logps) for r in batch], dtype=torch.float32)
-               if needs_reference(cfg.algo, cfg.grpo.beta) else None)  # (N,)
+    ref_seq = None  # (N,) reference sequence log-probs, when the loss reads them
+    if needs_reference(cfg.algo, cfg.grpo.beta):
+        if any(r.ref_token_logps is None for r in batch):
+            raise ValueError(f"algo={cfg.algo!r} needs reference log-probs but these rollouts carry "
+                             "none (they come from a run without a reference: GRPO with grpo.beta "
+                             "0); generate them with this config or start with an empty buffer")
+        ref_seq = torch.tensor([sum(r.ref_token_logps) for r in batch], dtype=torch.float32)
     if cfg.algo == "tb":
         loss, info = trajectory_balance_loss(sequence_logprobs(token_logps, mask), ref_seq,
                                              rewards, beta, K, log_z=log_z)

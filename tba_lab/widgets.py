@@ -21,31 +21,13 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from tba_lab.config import ALGOS
+from tba_lab.plots import moving_average, read_jsonl_rows  # noqa: F401  (moving_average: exercise 06)
 
 
 # ----------------------------------------------------------------------------------------------
-# Reading metrics (reference of exercise 06.moving_average)
+# Reading metrics (moving_average, from tba_lab.plots, is the reference of exercise 06)
 # ----------------------------------------------------------------------------------------------
-
-
-def moving_average(values, window: int) -> np.ndarray:
-    """Trailing moving average: ``out[i] = mean(values[max(0, i - window + 1) : i + 1])``.
-
-    The first ``window - 1`` points average over what exists so far (no padding), so the output
-    has the input's length. ``window`` >= 1; returns a float64 array.
-    """
-    x = np.asarray(values, dtype=np.float64)
-    if window < 1:
-        raise ValueError(f"window={window}: must be >= 1")
-    if x.size == 0:
-        return x
-    c = np.concatenate([[0.0], np.cumsum(x)])
-    idx = np.arange(1, x.size + 1)
-    lo = np.maximum(0, idx - window)
-    return (c[idx] - c[lo]) / (idx - lo)
 
 
 def read_run(run_dir: str | Path) -> dict:
@@ -56,17 +38,6 @@ def read_run(run_dir: str | Path) -> dict:
 
     run_dir = Path(run_dir)
 
-    def rows(name):
-        p = run_dir / name
-        out = []
-        if p.exists():
-            for line in p.read_text().splitlines():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a line still being written
-        return out
-
     s = run_dir / "summary.json"
     summary = None
     if s.exists():
@@ -74,7 +45,8 @@ def read_run(run_dir: str | Path) -> dict:
             summary = json.loads(s.read_text())
         except json.JSONDecodeError:
             summary = None
-    return {"metrics": rows("metrics.jsonl"), "evals": rows("eval.jsonl"), "summary": summary}
+    return {"metrics": read_jsonl_rows(run_dir / "metrics.jsonl"),
+            "evals": read_jsonl_rows(run_dir / "eval.jsonl"), "summary": summary}
 
 
 # ----------------------------------------------------------------------------------------------

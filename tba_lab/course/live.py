@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from tba_lab.plots import read_jsonl_rows
-from tba_lab.widgets import moving_average  # noqa: F401  (re-exported for notebook 01)
+from tba_lab.plots import moving_average  # noqa: F401  (re-exported for notebook 01)
 
 
 class BackgroundRun:

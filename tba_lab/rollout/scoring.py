@@ -8,6 +8,8 @@ match the distribution the sampler drew from.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tba_lab.losses import token_logprobs
@@ -42,9 +44,14 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
 def _cache_kwarg(model) -> str:
     """Name of the key/value-cache argument and output field of ``model.forward``: newer
     transformers call it ``cache``, older ones ``past_key_values``."""
+    return _cache_kwarg_of(type(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg_of(model_class) -> str:
     import inspect
 
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
@@ -98,11 +105,8 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
     cache = getattr(out, cache_kw)
     cache.reorder_cache(rows)                                            # (U, ...) -> (N, ...)
     first = out.logits[:, -1][rows]                                      # (N, V): predicts token 0
-    _, _, r_mask, _ = collate([[0]] * len(responses), responses, pad_id)  # (N, R) response mask
-    R = r_mask.shape[1]
-    r_ids = torch.full((len(responses), R), pad_id, dtype=torch.long)
-    for i, r in enumerate(responses):
-        r_ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    ids, _, r_mask, _ = collate([[pad_id]] * len(responses), responses, pad_id)  # 1-token stand-in prompts
+    r_ids, R = ids[:, 1:], r_mask.shape[1]                               # (N, R) responses, padded
     pm = p_mask[rows]                                                    # (N, P)
     position_ids = pm.sum(-1, keepdim=True) + torch.arange(R)            # continue after the prompt
     logits = first.unsqueeze(1)
