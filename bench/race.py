@@ -44,7 +44,7 @@ def run_ours(leg: str, overrides: dict, out: Path, minutes: float, seed: int, ev
              eval_every: float) -> dict:
     """One leg through ``tba_lab.trainer.train``; returns the row of the race table."""
     from tba_lab.config import from_dict
-    from tba_lab.plots import read_jsonl_rows
+    from tba_lab.runlog import read_jsonl_rows
     from tba_lab.trainer import train
 
     data = {**overrides, "output_dir": str(out / leg), "max_minutes": minutes, "seed": seed,

@@ -26,19 +26,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tba_lab.buffer import Rollout  # noqa: E402
+import tba_lab.algorithms as algorithms_module  # noqa: E402
+from tba_lab.algorithms import compute_loss, make_algorithm  # noqa: E402
 from tba_lab.config import from_dict  # noqa: E402
-from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR, load_policy  # noqa: E402
-from tba_lab.rollout.backend import TransformersBackend  # noqa: E402
-from tba_lab.rollout.scoring import response_logprobs  # noqa: E402
-from tba_lab.tasks import format_prompt  # noqa: E402
-from tba_lab.tasks.gsm8k import exact_match_reward, read_jsonl  # noqa: E402
-from tba_lab.trainer import compute_loss  # noqa: E402
+from tba_lab.models import DEFAULT_MODEL_DIR, load_policy  # noqa: E402
+from tba_lab.rollout import TransformersBackend, rollout  # noqa: E402
+from tba_lab.tasks.arithmetic import ArithmeticTask  # noqa: E402
 
 
-def _prompts(tokenizer, n: int) -> list[dict]:
-    rows = read_jsonl(DEFAULT_TASK_DIR / "train.jsonl")[:n]
-    return rows, [tokenizer(format_prompt(r["question"]))["input_ids"] for r in rows]
+def _prompts(tokenizer, n: int) -> list[list[int]]:
+    """Token ids of the first ``n`` training prompts of the embedded task."""
+    task = ArithmeticTask()
+    return [tokenizer(task.format_prompt(r))["input_ids"] for r in task.load("train")[:n]]
 
 
 def generation_throughput(batch_sizes=(64, 128, 256, 512), num_generations: int = 8,
@@ -58,7 +57,7 @@ def generation_throughput(batch_sizes=(64, 128, 256, 512), num_generations: int 
                 "plain": TransformersBackend(model, tok, share_prompts=False)}
     out = []
     for rows in batch_sizes:
-        _, prompts = _prompts(tok, max(1, rows // num_generations))
+        prompts = _prompts(tok, max(1, rows // num_generations))
         times = {name: [] for name in backends}
         tokens = {}
         for i in range(repeats + 1):
@@ -83,35 +82,24 @@ def step_time_split(num_prompts: int = 16, num_generations: int = 8, algo: str =
     """Median seconds of the trainer's forward (log-probs + loss), backward and optimizer step
     on one real B x K batch (sampled at T = 0.6 from the embedded model)."""
     model, tok = load_policy(DEFAULT_MODEL_DIR)
-    rows, prompts = _prompts(tok, num_prompts)
     model.eval()
-    torch.manual_seed(0)
-    gen = TransformersBackend(model, tok).generate(prompts, num_generations, temperature=0.6,
-                                                    max_new_tokens=40)
-    rep = [i // num_generations for i in range(len(gen.responses))]
-    with torch.no_grad():
-        ref, _ = response_logprobs(model, [prompts[i] for i in rep], gen.responses,
-                                   tok.pad_token_id, 0.6)
-    batch = [Rollout(prompt_id=rep[j], prompt_ids=prompts[rep[j]], response_ids=r,
-                     reward=exact_match_reward(tok.decode(r, skip_special_tokens=True),
-                                               rows[rep[j]]["answer"]),
-                     ref_token_logps=ref[j, :len(r)].tolist(), old_token_logps=gen.token_logps[j],
-                     version=0) for j, r in enumerate(gen.responses)]
     cfg = from_dict({"algo": algo, "training": {"num_prompts_per_step": num_prompts,
                                                 "num_generations": num_generations}})
+    task, algorithm = ArithmeticTask(cfg), make_algorithm(cfg)
+    torch.manual_seed(0)
+    batch = rollout(TransformersBackend(model, tok), task, task.load("train")[:num_prompts],
+                    num_generations, temperature=0.6, max_new_tokens=40, reference=model).rollouts
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
-    result = {"rows": len(batch), "response_tokens": sum(len(r) for r in gen.responses)}
-    import tba_lab.trainer as trainer_module
-
-    original = trainer_module.response_logprobs
+    result = {"rows": len(batch), "response_tokens": sum(len(r.response_ids) for r in batch)}
+    original = algorithms_module.response_logprobs
     for tag, share in (("", True), ("full_", False)):  # with and without prompt sharing
-        trainer_module.response_logprobs = functools.partial(original, share_prompts=share)
+        algorithms_module.response_logprobs = functools.partial(original, share_prompts=share)
         parts = {"forward": [], "backward": [], "optimizer": []}
         try:
             for i in range(repeats + 1):
                 t0 = time.perf_counter()
-                loss, _ = compute_loss(cfg, model, batch, tok.pad_token_id, step=0)
+                loss, _ = compute_loss(algorithm, model, batch, tok.pad_token_id, step=0)
                 t1 = time.perf_counter()
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -124,7 +112,7 @@ def step_time_split(num_prompts: int = 16, num_generations: int = 8, algo: str =
                     parts["backward"].append(t2 - t1)
                     parts["optimizer"].append(t3 - t2)
         finally:
-            trainer_module.response_logprobs = original
+            algorithms_module.response_logprobs = original
         med = {k: statistics.median(v) for k, v in parts.items()}
         total = sum(med.values())
         result.update({f"{tag}{k}_s": round(v, 4) for k, v in med.items()})

@@ -10,7 +10,8 @@ it, one optimizer update, repeat.
 Task: prompts are ``data/arithmetic/train.jsonl`` questions through
 ``tba_lab.tasks.format_prompt``; reward = ``tba_lab.tasks.gsm8k.exact_match_reward`` of the
 decoded completion against the row's gold answer (``gold_answer``). Evaluation is
-``tba_lab.eval.greedy_accuracy`` on the first ``eval_size`` rows of ``data/arithmetic/test.jsonl``.
+``tba_lab.models.greedy_accuracy`` (greedy, ``max_new_tokens`` as our legs) on the first
+``eval_size`` rows of ``data/arithmetic/test.jsonl``.
 
 TRL options (``trl.GRPOConfig``), chosen to match our sync GRPO loop:
 
@@ -71,8 +72,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from tba_lab.eval import greedy_accuracy
-    from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR, load_policy
+    from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR, greedy_accuracy, load_policy
     from tba_lab.tasks import format_prompt
     from tba_lab.tasks.gsm8k import exact_match_reward, gold_answer, read_jsonl
 
@@ -111,7 +111,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
                           train_dataset=dataset, processing_class=tokenizer)
 
     model.eval()
-    accuracy_before = greedy_accuracy(model, tokenizer, eval_rows)
+    accuracy_before = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
     model.train()
     evals = [{"wall_seconds": 0.0, "step": 0, "accuracy": accuracy_before}]
     train_reward = []
@@ -146,7 +146,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
             if self.pending and self.elapsed() >= self.pending[0]:
                 while self.pending and self.elapsed() >= self.pending[0]:
                     self.pending.pop(0)  # one evaluation covers every checkpoint passed
-                acc = greedy_accuracy(model, tokenizer, eval_rows)
+                acc = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
                 model.train()
                 evals.append({"wall_seconds": round(self.elapsed(), 1), "step": state.global_step,
                               "accuracy": acc})
@@ -167,7 +167,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
         wall = (clock.t_end or time.time()) - clock.t0
     updates = trainer.state.global_step
 
-    accuracy_after = greedy_accuracy(model, tokenizer, eval_rows)
+    accuracy_after = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
     evals.append({"wall_seconds": round(wall, 1), "step": updates, "accuracy": accuracy_after})
     samples = updates * args.generation_batch_size
     summary = {

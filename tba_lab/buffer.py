@@ -1,6 +1,6 @@
 """Replay buffer for asynchronous off-policy RL post-training (TBA, arXiv 2503.18929).
 
-Implements the replay buffer of DESIGN.md section 2: searchers push scored rollouts, the trainer
+Implements the replay buffer of docs/design.md section 2: searchers push scored rollouts, the trainer
 samples groups of K responses per prompt from it.
 
 Storage
@@ -58,7 +58,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-_STATE_FORMAT = 1  # bump when state_dict's layout changes
+_STATE_FORMAT = 2  # bump when state_dict's layout changes (2: old_token_logps renamed)
 
 
 @dataclass
@@ -71,7 +71,7 @@ class Rollout:
     reward: float  # raw reward r(x, y) (NOT divided by beta; the trainer does that)
     ref_token_logps: list[float] | None  # per-token log pi_ref, len == len(response_ids); None when
     #                                      the algorithm needs no reference (GRPO with beta 0)
-    old_token_logps: list[float]  # per-token log-probs under the behaviour (generating) policy
+    behaviour_token_logps: list[float]  # per-token log-probs under the behaviour (generating) policy
     version: int  # policy version that generated it
     created: float = 0.0  # time.time() when generated (seconds)
 
@@ -85,12 +85,12 @@ def _check_rollout(r: Rollout) -> None:
         )
     n = len(r.response_ids)
     n_ref = n if r.ref_token_logps is None else len(r.ref_token_logps)
-    if n_ref != n or len(r.old_token_logps) != n:
+    if n_ref != n or len(r.behaviour_token_logps) != n:
         raise ValueError(
             f"rollout for prompt {r.prompt_id}: len(response_ids)={n} but "
             f"len(ref_token_logps)={n_ref}, "
-            f"len(old_token_logps)={len(r.old_token_logps)}; score exactly the response tokens "
-            "(one log-prob per response token, prompt excluded)"
+            f"len(behaviour_token_logps)={len(r.behaviour_token_logps)}; score exactly the response "
+            "tokens (one log-prob per response token, prompt excluded)"
         )
 
 
@@ -102,7 +102,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 
 class ReplayBuffer:
-    """Per-prompt replay buffer with recency / reward-prioritised sampling (DESIGN.md section 2).
+    """Per-prompt replay buffer with recency / reward-prioritised sampling (docs/design.md section 2).
 
     Args:
         capacity_per_prompt (int, >= 1): items kept per prompt; the oldest is dropped beyond it.
@@ -113,7 +113,7 @@ class ReplayBuffer:
             same samples.
         max_prompts (int >= 1 or None): prompts remembered; beyond it the least recently
             refreshed prompt is evicted with all its items (None = unbounded). Bounds how stale
-            a reward-mode draw can be when prompts rarely repeat (an addition to DESIGN sec. 2).
+            a reward-mode draw can be when prompts rarely repeat (an addition to the paper's buffer).
 
     Raises:
         ValueError: if an argument is out of range (the message names the field and the fix).
@@ -328,12 +328,16 @@ class ReplayBuffer:
         Raises:
             ValueError: if ``d`` is not a replay-buffer state of a known format.
         """
-        if not isinstance(d, dict) or d.get("format") != _STATE_FORMAT:
+        if not isinstance(d, dict) or d.get("format") not in (1, _STATE_FORMAT):
             raise ValueError(
                 f"not a ReplayBuffer state of format {_STATE_FORMAT} "
                 f"(got format {d.get('format') if isinstance(d, dict) else type(d).__name__!r}); "
                 "pass the dict returned by ReplayBuffer.state_dict()"
             )
+        if d["format"] == 1:  # format 1 named the behaviour log-probs old_token_logps
+            d = {**d, "items": [[pid, [{("behaviour_token_logps" if k == "old_token_logps" else k): v
+                                        for k, v in r.items()} for r in rows]]
+                                for pid, rows in d["items"]]}
         fresh = ReplayBuffer(**d["config"])  # re-validates the config
         self.capacity_per_prompt = fresh.capacity_per_prompt
         self.recency_prob = fresh.recency_prob

@@ -3,7 +3,7 @@
 * ``tba-lab train``: asynchronous TBA (default) or a baseline (GRPO, Dr. GRPO, RLOO, online DPO),
   sync or async, on the embedded model.
 * ``tba-lab sft``: rebuild the embedded task and tiny model under ``data/`` from a seed.
-* ``tba-lab eval``: greedy held-out accuracy of a saved policy.
+* ``tba-lab eval``: held-out metrics (greedy accuracy) of a saved policy on a task.
 * ``tba-lab reproduce [--smoke]``: execute the course notebooks with papermill, write report.md.
 
 Command-line flags override the YAML file given with ``--config``, which overrides the defaults
@@ -26,7 +26,8 @@ def _train(args) -> int:
                 "output_dir": (None, "output_dir"), "max_minutes": (None, "max_minutes"),
                 "seed": (None, "seed"), "algo": (None, "algo"), "mode": ("async_", "mode"),
                 "num_searchers": ("async_", "num_searchers"), "sync_period": ("async_", "sync_period"),
-                "max_steps": ("training", "max_steps"), "model": ("model", "path")}.items():
+                "max_steps": ("training", "max_steps"), "model": ("model", "path"),
+                "task": ("task", "name")}.items():
             value = getattr(args, flag)
             if value is not None:
                 setattr(getattr(cfg, section) if section else cfg, name, value)
@@ -40,11 +41,19 @@ def _train(args) -> int:
         print(f"\ninterrupted: policy, buffer, metrics and summary so far saved in {cfg.output_dir}",
               file=sys.stderr)
         return 130
-    print(f"{s['algo']}/{s['mode']}: held-out accuracy {100 * s['accuracy_before']:.1f}% -> "
-          f"{100 * s['accuracy_after']:.1f}% in {s['trainer_steps']} updates, {s['wall_seconds']:.0f} s "
+    metrics = [k[:-len("_before")] for k in s if k.endswith("_before") and s[k] is not None]
+    shown = ", ".join(f"{m} {_fmt(m, s[m + '_before'])} -> {_fmt(m, s[m + '_after'])}" for m in metrics)
+    print(f"{s['algo']}/{s['mode']} on {s['task']}: held-out {shown} in {s['trainer_steps']} "
+          f"updates, {s['wall_seconds']:.0f} s "
           f"({s['samples_generated']} samples, staleness mean {s['staleness_mean'] or 0:.2f} max "
           f"{s['staleness_max'] or 0}); outputs in {cfg.output_dir}")
     return 0
+
+
+def _fmt(metric: str, value) -> str:
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.1f}%" if metric == "accuracy" else f"{value:.3f}"
 
 
 def _sft(args) -> int:
@@ -57,25 +66,35 @@ def _sft(args) -> int:
 
 
 def _eval(args) -> int:
-    from tba_lab.eval import greedy_accuracy
-    from tba_lab.models import DEFAULT_TASK_DIR, load_policy
-    from tba_lab.tasks.gsm8k import read_jsonl
+    from tba_lab.config import ConfigError, from_dict
+    from tba_lab.eval import evaluate
+    from tba_lab.models import load_policy
+    from tba_lab.rollout.backend import make_backend
+    from tba_lab.tasks import make_task
 
-    model, tokenizer = load_policy(args.model)
-    problems = read_jsonl(args.data or DEFAULT_TASK_DIR / "test.jsonl")[:args.n]
-    print(json.dumps({"model": args.model, "n": len(problems),
-                      "accuracy": greedy_accuracy(model, tokenizer, problems)}))
+    try:
+        cfg = from_dict({"model": {"path": args.model, "max_new_tokens": args.max_new_tokens},
+                         "task": {"name": args.task, "test_path": args.data or ""}})
+    except ConfigError as e:
+        print(f"tba-lab eval: {e}", file=sys.stderr)
+        return 2
+    model, tokenizer = load_policy(cfg.model.path)
+    model.eval()
+    task = make_task(cfg)
+    problems = task.load("test")[:args.n]
+    metrics = evaluate(task, make_backend(cfg, model, tokenizer), problems, cfg.model.max_new_tokens)
+    print(json.dumps({"model": cfg.model.path, "task": cfg.task.name, "n": len(problems), **metrics}))
     return 0
 
 
 def _reproduce(args) -> int:
-    from tba_lab.reproduce import main as reproduce_main
+    from tba_lab.lab.reproduce import main as reproduce_main
 
     return reproduce_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tba_lab.config import ALGOS
+    from tba_lab.registry import ALGORITHMS, TASKS
 
     p = argparse.ArgumentParser(prog="tba-lab", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -85,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-minutes", type=float, help="training wall-clock budget in minutes (default 9; evaluation before and after is extra)")
     t.add_argument("--max-steps", type=int, help="stop after this many trainer updates")
     t.add_argument("--seed", type=int)
-    t.add_argument("--algo", choices=list(ALGOS), help="loss (default tb)")
+    t.add_argument("--algo", choices=ALGORITHMS.names(), help="loss (default tb)")
+    t.add_argument("--task", choices=TASKS.names(), help="task (default arithmetic)")
     t.add_argument("--mode", choices=["async", "sync"])
     t.add_argument("--num-searchers", type=int)
     t.add_argument("--sync-period", type=int, help="k: publish weights every k updates")
@@ -98,10 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int)
     s.add_argument("--seed", type=int)
     s.set_defaults(func=_sft)
-    e = sub.add_parser("eval", help="greedy held-out accuracy of a saved policy")
+    e = sub.add_parser("eval", help="held-out metrics (greedy accuracy) of a saved policy")
     e.add_argument("--model", default=None, help="policy folder (default: the embedded model)")
-    e.add_argument("--data", help="GSM8K-format JSONL (default data/arithmetic/test.jsonl)")
+    e.add_argument("--task", choices=TASKS.names(), default="arithmetic", help="task (default arithmetic)")
+    e.add_argument("--data", help="held-out problems (default: the task's test split)")
     e.add_argument("-n", type=int, default=500, help="number of problems")
+    e.add_argument("--max-new-tokens", type=int, default=40, help="response length cap (default 40)")
     e.set_defaults(func=_eval)
     r = sub.add_parser("reproduce", help="execute every course notebook with papermill, write report.md")
     r.add_argument("--smoke", action="store_true", help="each notebook's small SMOKE configuration (<= 60 s each)")
@@ -116,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "model", "") is None and args.command == "eval":
-        from tba_lab.models import DEFAULT_MODEL_DIR
+        from tba_lab.paths import DEFAULT_MODEL_DIR
         args.model = str(DEFAULT_MODEL_DIR)
     return args.func(args)
 

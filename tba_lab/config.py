@@ -5,11 +5,19 @@ Option names follow TRL's ``GRPOConfig`` where they mean the same thing (``num_g
 A YAML file mirrors the nesting::
 
     algo: tb
+    task: {name: arithmetic}
     tb: {beta: 0.05}
-    async_: {sync_period: 2}
+    async: {sync_period: 2}
+
+The core sections (``model``, ``task``, ``training``, ``buffer``, ``async``) are defined here.
+Each algorithm, task, backend or launcher with options of its own declares them as a dataclass
+(``config_class``) under a YAML key (``section``) in its registry entry (:mod:`tba_lab.registry`):
+``tb``, ``grpo``, ``rloo`` and ``online_dpo`` live in :mod:`tba_lab.algorithms`. They are read
+as ``cfg.tb`` like the core sections, and validated by their own ``validate()``.
 
 Unknown keys and bad values raise :class:`ConfigError` naming the field and the fix, before any
-process starts.
+process starts. Importing this module does not import torch; building a config imports the
+registered classes (and with them torch) to learn their sections.
 """
 from __future__ import annotations
 
@@ -17,7 +25,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR
+from tba_lab.paths import DEFAULT_MODEL_DIR
+from tba_lab.registry import ALGORITHMS, BACKENDS, LAUNCHERS, TASKS
 
 
 class ConfigError(ValueError):
@@ -27,14 +36,16 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     path: str = str(DEFAULT_MODEL_DIR)  # HF folder or hub name of the starting policy (= reference policy)
+    backend: str = "transformers"       # generation backend (tba_lab.registry.BACKENDS)
     temperature: float = 0.6            # sampling temperature; policy and reference log-probs use the same
-    max_new_tokens: int = 40            # response length cap, tokens
+    max_new_tokens: int = 40            # response length cap, tokens (sampling AND held-out evaluation)
 
 
 @dataclass
 class TaskConfig:
-    train_path: str = str(DEFAULT_TASK_DIR / "train.jsonl")  # prompts for the searchers (JSONL, GSM8K rows)
-    test_path: str = str(DEFAULT_TASK_DIR / "test.jsonl")    # held-out problems for greedy accuracy
+    name: str = "arithmetic"            # the task (tba_lab.registry.TASKS): arithmetic | gsm8k
+    train_path: str = ""                # prompts for the searchers; "" = the task's default
+    test_path: str = ""                 # held-out problems; "" = the task's default
     eval_size: int = 500                # held-out problems scored before and after training
     eval_every_seconds: float = 60.0    # interim held-out evaluation period (0 = none)
     interim_eval_size: int = 200        # problems per interim evaluation
@@ -52,37 +63,6 @@ class TrainingConfig:
 
 
 @dataclass
-class TBConfig:
-    beta: float = 0.1                   # KL coefficient beta at the start (paper Eq. 2)
-    beta_final: float | None = None     # annealed to this value (None = constant beta)
-    beta_anneal_steps: int = 0          # over this many trainer updates, then constant
-    log_z: str = "vargrad"              # "vargrad": per-prompt estimate (Eq. 4); "learned": one scalar parameter
-    log_z_lr: float = 0.1               # AdamW learning rate of the learned log Z (torchgfn's usual 0.1)
-
-
-@dataclass
-class GRPOConfig:
-    beta: float = 0.0                   # KL coefficient (penalty to the reference); 0 skips it
-    epsilon: float = 0.2                # PPO clip range for the importance ratio
-    loss_type: str = "grpo"             # "grpo" | "bnpo" | "dr_grpo" aggregation
-    scale_rewards: str = "group"        # "group" | "batch" | "none" std division of advantages
-    kl_estimator: str = "k3"            # "k1" | "k3"
-
-
-@dataclass
-class RLOOConfig:
-    """RLOO (Ahmadian et al. 2024): ``losses.rloo_advantages`` + ``losses.rloo_loss``."""
-    beta: float = 0.05                  # KL coefficient, folded into the reward (TRL's RLOOConfig default)
-    epsilon: float = 0.2                # PPO clip range of the per-token ratio (off-policy data)
-
-
-@dataclass
-class OnlineDPOConfig:
-    """Online DPO (Guo et al. 2024) on each group's best / worst response: ``losses.online_dpo_loss``."""
-    beta: float = 0.1                   # DPO temperature beta (TRL's OnlineDPOConfig default)
-
-
-@dataclass
 class BufferConfig:
     capacity_per_prompt: int = 32       # newest rollouts kept per prompt
     recency_prob: float = 0.8           # m: probability of drawing from prompts refreshed since the last sync
@@ -94,6 +74,7 @@ class BufferConfig:
 @dataclass
 class AsyncConfig:
     mode: str = "async"                 # "async": searchers and trainer overlap; "sync": strict alternation
+    launcher: str = "local"             # how searchers run (tba_lab.registry.LAUNCHERS)
     num_searchers: int = 1              # searcher processes
     sync_period: int = 1                # k: publish weights every k trainer updates (sync forces 1)
     queue_size: int = 2                 # generation batches in flight between searchers and trainer
@@ -101,9 +82,34 @@ class AsyncConfig:
     trainer_threads: int = 0            # torch threads for the trainer (0 = auto, as above)
 
 
+_REGISTRIES = (ALGORITHMS, TASKS, BACKENDS, LAUNCHERS)
+
+
+def section_classes() -> dict[str, type]:
+    """``{YAML key: dataclass}`` of every registered class that has options (imports them).
+
+    Raises:
+        ValueError: two classes claim one section with different dataclasses.
+    """
+    out: dict[str, type] = {}
+    for registry in _REGISTRIES:
+        for cls in registry.classes().values():
+            config_class = getattr(cls, "config_class", None)
+            if config_class is None:
+                continue
+            key = getattr(cls, "section", None) or cls.name
+            if out.get(key, config_class) is not config_class:
+                raise ValueError(f"section {key!r} is claimed by {out[key].__name__} and "
+                                 f"{config_class.__name__}; give {cls.__name__} its own section")
+            out[key] = config_class
+    return out
+
+
 @dataclass
 class RunConfig:
-    algo: str = "tb"                    # "tb" (paper Eq. 5) | "grpo" | "dr_grpo" | "rloo" | "online_dpo"
+    """A whole run. ``sections`` holds the registered option sections by YAML key; read them as
+    attributes (``cfg.tb.beta``, ``cfg.grpo.epsilon``)."""
+    algo: str = "tb"                    # the loss (tba_lab.registry.ALGORITHMS): tb | grpo | dr_grpo | rloo | online_dpo
     output_dir: str = "runs/default"    # where metrics, summary, curves and the policy go
     max_minutes: float = 9.0            # training wall-clock budget, minutes (evaluation before/after extra)
     seed: int = 0                       # seeds the trainer, the searchers and the buffer
@@ -111,25 +117,37 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
-    tb: TBConfig = field(default_factory=TBConfig)
-    grpo: GRPOConfig = field(default_factory=GRPOConfig)  # also dr_grpo (forces loss_type and scale_rewards)
-    rloo: RLOOConfig = field(default_factory=RLOOConfig)
-    online_dpo: OnlineDPOConfig = field(default_factory=OnlineDPOConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     async_: AsyncConfig = field(default_factory=AsyncConfig)
+    sections: dict = field(default_factory=lambda: {k: c() for k, c in section_classes().items()})
+
+    def __getattr__(self, name: str):
+        """``cfg.tb`` -> ``cfg.sections["tb"]`` (a section registered after this config was built
+        gets its defaults)."""
+        if name.startswith("_") or "sections" not in self.__dict__:
+            raise AttributeError(name)
+        if name not in self.sections:
+            classes = section_classes()
+            if name not in classes:
+                raise AttributeError(f"RunConfig has no field or section {name!r}; sections: "
+                                     f"{sorted(classes)}")
+            self.sections[name] = classes[name]()
+        return self.sections[name]
+
+    def section(self, name: str):
+        """The options section ``name`` (as ``getattr(cfg, name)``)."""
+        return getattr(self, name)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Plain nested data, as a YAML file spells it (``async``, sections at the top level)."""
+        data = dataclasses.asdict(self)
+        data["async"] = data.pop("async_")
+        data.update(data.pop("sections"))
+        return data
 
 
-ALGOS = ("tb", "grpo", "dr_grpo", "rloo", "online_dpo")
-
-
-def needs_reference(algo: str, grpo_beta: float) -> bool:
-    """Whether the loss reads reference log-probs: TB (Eq. 3), RLOO (KL in the reward), online
-    DPO, and GRPO / Dr. GRPO only with a KL penalty (beta > 0). Searchers skip the reference
-    forward pass otherwise, as TRL does at beta 0."""
-    return algo in ("tb", "rloo", "online_dpo") or grpo_beta > 0
+_CORE_SECTIONS = {"model": ModelConfig, "task": TaskConfig, "training": TrainingConfig,
+                  "buffer": BufferConfig, "async_": AsyncConfig}
 
 
 def _typed(value, default, name: str):
@@ -161,26 +179,53 @@ def _typed(value, default, name: str):
     return value
 
 
-def _fill(cls, data: dict, where: str):
+def _fill(cls, data, where: str):
+    """``cls(**data)`` with every value type-checked; unknown keys name the key and the known ones."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where.rstrip('.') or 'config'} must be a mapping, got {type(data).__name__}")
-    names = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
-        name = "async_" if key == "async" else key
-        if name not in names:
-            raise ConfigError(f"unknown config key {where + key!r}; known keys: {sorted(names)}")
-        sub = names[name].default_factory if names[name].default_factory is not dataclasses.MISSING else None
-        if sub is not None and dataclasses.is_dataclass(sub):
-            kwargs[name] = _fill(sub, value, f"{where}{key}.")
-        else:
-            kwargs[name] = _typed(value, names[name].default, where + key)
+        if key not in fields:
+            raise ConfigError(f"unknown config key {where + key!r}; known keys: {sorted(fields)}")
+        kwargs[key] = _typed(value, fields[key].default, where + key)
     return cls(**kwargs)
 
 
-def from_dict(data: dict) -> RunConfig:
-    """Build a validated :class:`RunConfig` from nested plain data (as read from YAML)."""
-    cfg = _fill(RunConfig, data or {}, "")
+def from_dict(data: dict | None) -> RunConfig:
+    """Build a validated :class:`RunConfig` from nested plain data (as read from YAML).
+
+    Raises:
+        ConfigError: an unknown key, a wrong type, a section given twice (``async`` and
+            ``async_``), or a value out of range (see :func:`validate`).
+    """
+    if not isinstance(data or {}, dict):
+        raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
+    data = dict(data or {})
+    if "async" in data and "async_" in data:
+        raise ConfigError("both `async` and `async_` are given; they are one section, keep one "
+                          "(YAML files spell it `async`)")
+    if "async" in data:
+        data["async_"] = data.pop("async")
+    if "sections" in data:
+        raise ConfigError("unknown config key 'sections': write each section at the top level "
+                          "(e.g. `tb: {beta: 0.05}`)")
+    classes = section_classes()
+    top = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in _CORE_SECTIONS}
+    del top["sections"]
+    kwargs, sections = {}, {k: c() for k, c in classes.items()}
+    for key, value in data.items():
+        shown = "async" if key == "async_" else key
+        if key in _CORE_SECTIONS:
+            kwargs[key] = _fill(_CORE_SECTIONS[key], value, f"{shown}.")
+        elif key in classes:
+            sections[key] = _fill(classes[key], value, f"{key}.")
+        elif key in top:
+            kwargs[key] = _typed(value, top[key].default, key)
+        else:
+            known = sorted([*top, "model", "task", "training", "buffer", "async", *classes])
+            raise ConfigError(f"unknown config key {key!r}; known keys: {known}")
+    cfg = RunConfig(**kwargs, sections=sections)
     validate(cfg)
     return cfg
 
@@ -195,62 +240,110 @@ def load_yaml(path: str | Path) -> RunConfig:
     return from_dict(yaml.safe_load(p.read_text()) or {})
 
 
-def _check(ok: bool, msg: str) -> None:
+def write_yaml(cfg: RunConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML that :func:`load_yaml` reads back to an equal config."""
+    import yaml
+
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def check(ok: bool, msg: str) -> None:
+    """Raise :class:`ConfigError` with ``msg`` (which names the field and the fix) unless ``ok``."""
     if not ok:
         raise ConfigError(msg)
 
 
+def check_choice(value, choices, name: str) -> None:
+    """:class:`ConfigError` unless ``value`` is one of ``choices`` (taken from where they are
+    defined, e.g. ``tba_lab.losses.GRPO_LOSS_TYPES``)."""
+    check(value in choices, f"{name}={value!r}: choose one of {list(choices)}")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
-    """Check every field's range; raise :class:`ConfigError` naming the field and the fix."""
-    _check(cfg.algo in ALGOS, f"algo={cfg.algo!r}: choose one of {ALGOS}")
-    _check(cfg.max_minutes > 0, f"max_minutes={cfg.max_minutes}: give a positive number of minutes")
+    """Check every field's range; raise :class:`ConfigError` naming the field and the fix.
+
+    Core sections are checked here; each registered section by its own ``validate()``, and the
+    chosen algorithm and task by their ``check_config(cfg)`` (cross-section rules, data paths).
+    """
+    for registry, value in ((ALGORITHMS, cfg.algo), (TASKS, cfg.task.name),
+                            (BACKENDS, cfg.model.backend), (LAUNCHERS, cfg.async_.launcher)):
+        check_choice(value, registry.names(), registry.config_key)
+    check(cfg.max_minutes > 0, f"max_minutes={cfg.max_minutes}: give a positive number of minutes")
+    check(cfg.log_every >= 1, f"log_every={cfg.log_every}: must be >= 1")
     m, t, tr = cfg.model, cfg.task, cfg.training
-    _check(m.temperature > 0, f"model.temperature={m.temperature}: must be > 0 (sampling temperature)")
-    _check(m.max_new_tokens >= 1, f"model.max_new_tokens={m.max_new_tokens}: must be >= 1")
-    for name in ("train_path", "test_path"):
-        path = getattr(t, name)
-        _check(Path(path).is_file(), f"task.{name}={path!r} does not exist; run `tba-lab sft` to "
-                                     f"write the embedded task or point it at a GSM8K-format JSONL")
-    _check(t.eval_size >= 1, f"task.eval_size={t.eval_size}: must be >= 1")
-    _check(t.interim_eval_size >= 1, f"task.interim_eval_size={t.interim_eval_size}: must be >= 1")
-    _check(t.eval_every_seconds >= 0, "task.eval_every_seconds must be >= 0 (0 turns it off)")
-    _check(tr.num_prompts_per_step >= 1, "training.num_prompts_per_step must be >= 1")
-    _check(tr.num_generations >= 2, f"training.num_generations={tr.num_generations}: group "
-                                    f"methods (TB's VarGrad log Z, GRPO advantages) need K >= 2")
-    _check(tr.learning_rate > 0, f"training.learning_rate={tr.learning_rate}: must be > 0")
-    _check(tr.lr_schedule in ("linear", "constant"), f"training.lr_schedule={tr.lr_schedule!r}: "
-                                                     f"choose linear or constant")
-    _check(tr.max_grad_norm >= 0, "training.max_grad_norm must be >= 0 (0 = no clipping)")
-    _check(tr.max_steps >= 0, "training.max_steps must be >= 0 (0 = bounded by time only)")
-    _check(cfg.tb.beta > 0, f"tb.beta={cfg.tb.beta}: the KL coefficient must be > 0")
-    _check(cfg.tb.beta_final is None or cfg.tb.beta_final > 0, "tb.beta_final must be > 0 or null")
-    _check(cfg.tb.beta_anneal_steps >= 0, "tb.beta_anneal_steps must be >= 0")
-    _check(cfg.tb.log_z in ("vargrad", "learned"), f"tb.log_z={cfg.tb.log_z!r}: choose vargrad or learned")
-    _check(cfg.tb.log_z_lr > 0, f"tb.log_z_lr={cfg.tb.log_z_lr}: must be > 0")
-    _check(cfg.rloo.beta >= 0 and cfg.rloo.epsilon >= 0, "rloo.beta and rloo.epsilon must be >= 0")
-    _check(cfg.online_dpo.beta > 0, f"online_dpo.beta={cfg.online_dpo.beta}: must be > 0")
-    g = cfg.grpo
-    _check(g.loss_type in ("grpo", "bnpo", "dr_grpo"), f"grpo.loss_type={g.loss_type!r}: "
-                                                      f"choose grpo, bnpo or dr_grpo")
-    _check(g.scale_rewards in ("group", "batch", "none"), "grpo.scale_rewards: group, batch or none")
-    _check(g.kl_estimator in ("k1", "k3"), "grpo.kl_estimator: k1 or k3")
-    _check(g.beta >= 0 and g.epsilon >= 0, "grpo.beta and grpo.epsilon must be >= 0")
+    check(m.temperature > 0, f"model.temperature={m.temperature}: must be > 0 (sampling temperature)")
+    check(m.max_new_tokens >= 1, f"model.max_new_tokens={m.max_new_tokens}: must be >= 1")
+    check(t.eval_size >= 1, f"task.eval_size={t.eval_size}: must be >= 1")
+    check(t.interim_eval_size >= 1, f"task.interim_eval_size={t.interim_eval_size}: must be >= 1")
+    check(t.eval_every_seconds >= 0, "task.eval_every_seconds must be >= 0 (0 turns it off)")
+    check(tr.num_prompts_per_step >= 1, "training.num_prompts_per_step must be >= 1")
+    check(tr.num_generations >= 2, f"training.num_generations={tr.num_generations}: group "
+                                   f"methods (TB's VarGrad log Z, GRPO advantages) need K >= 2")
+    check(tr.learning_rate > 0, f"training.learning_rate={tr.learning_rate}: must be > 0")
+    check_choice(tr.lr_schedule, ("linear", "constant"), "training.lr_schedule")
+    check(tr.max_grad_norm >= 0, "training.max_grad_norm must be >= 0 (0 = no clipping)")
+    check(tr.max_steps >= 0, "training.max_steps must be >= 0 (0 = bounded by time only)")
     b = cfg.buffer
-    _check(b.capacity_per_prompt >= 1, "buffer.capacity_per_prompt must be >= 1")
-    _check(0 <= b.recency_prob <= 1, f"buffer.recency_prob={b.recency_prob}: must be in [0, 1]")
-    _check(b.inv_temp >= 0, "buffer.inv_temp must be >= 0 (0 = uniform)")
-    _check(b.initial_fill >= 0, "buffer.initial_fill must be >= 0")
-    _check(b.max_prompts == 0 or b.max_prompts >= tr.num_prompts_per_step,
-           f"buffer.max_prompts={b.max_prompts}: keep at least num_prompts_per_step prompts (0 = unbounded)")
+    check(b.capacity_per_prompt >= 1, "buffer.capacity_per_prompt must be >= 1")
+    check(0 <= b.recency_prob <= 1, f"buffer.recency_prob={b.recency_prob}: must be in [0, 1]")
+    check(b.inv_temp >= 0, "buffer.inv_temp must be >= 0 (0 = uniform)")
+    check(b.initial_fill >= 0, "buffer.initial_fill must be >= 0")
+    check(b.max_prompts == 0 or b.max_prompts >= tr.num_prompts_per_step,
+          f"buffer.max_prompts={b.max_prompts}: keep at least num_prompts_per_step prompts (0 = unbounded)")
     a = cfg.async_
-    _check(a.mode in ("async", "sync"), f"async.mode={a.mode!r}: choose async or sync")
-    _check(a.num_searchers >= 1, f"async.num_searchers={a.num_searchers}: need at least one searcher")
-    _check(a.sync_period >= 1, f"async.sync_period={a.sync_period}: must be >= 1")
-    _check(a.queue_size >= 1, "async.queue_size must be >= 1")
-    _check(a.searcher_threads >= 0 and a.trainer_threads >= 0, "thread counts must be >= 0")
+    check_choice(a.mode, ("async", "sync"), "async.mode")
+    check(a.num_searchers >= 1, f"async.num_searchers={a.num_searchers}: need at least one searcher")
+    check(a.sync_period >= 1, f"async.sync_period={a.sync_period}: must be >= 1")
+    check(a.queue_size >= 1, "async.queue_size must be >= 1")
+    check(a.searcher_threads >= 0 and a.trainer_threads >= 0, "thread counts must be >= 0")
     if a.mode == "sync":
-        _check(a.sync_period == 1, f"async.sync_period={a.sync_period} with mode=sync: strict "
-                                   f"alternation publishes after every update; set sync_period 1")
-        _check(a.num_searchers == 1, f"async.num_searchers={a.num_searchers} with mode=sync: "
-                                     f"strict alternation uses one searcher; use mode=async")
+        check(a.sync_period == 1, f"async.sync_period={a.sync_period} with mode=sync: strict "
+                                  f"alternation publishes after every update; set sync_period 1")
+        check(a.num_searchers == 1, f"async.num_searchers={a.num_searchers} with mode=sync: "
+                                    f"strict alternation uses one searcher; use mode=async")
+    for section in cfg.sections.values():
+        if hasattr(section, "validate"):
+            section.validate()
+    for registry, value in ((ALGORITHMS, cfg.algo), (TASKS, cfg.task.name)):
+        cls = registry.get(value)
+        if hasattr(cls, "check_config"):
+            cls.check_config(cfg)
     return cfg
+
+
+def merge(base: dict, extra: dict) -> dict:
+    """Nested merge of two override dicts (``extra`` wins; neither is modified)."""
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def short_run(output_dir: str | Path, seconds: float, overrides: dict | None = None, seed: int = 0,
+              eval_size: int = 200, interim_eval_size: int = 100,
+              eval_every_seconds: float = 20.0) -> RunConfig:
+    """A validated :class:`RunConfig` for a run of a minute or two (notebooks, explorer, benches).
+
+    Defaults suited to such a budget, which ``overrides`` (nested, as a YAML file) win over:
+    ``eval_size`` held-out problems before and after, ``interim_eval_size`` every
+    ``eval_every_seconds`` (0 = none) in between, and a first update after one generation batch
+    (``buffer.initial_fill`` = B*K).
+
+    Args:
+        output_dir: the run directory.
+        seconds: training budget (``max_minutes = seconds / 60``); evaluation and start-up extra.
+        overrides: nested config data, e.g. ``{"algo": "grpo", "async": {"mode": "sync"}}``.
+        seed: the run's seed.
+
+    Raises:
+        ConfigError: as :func:`from_dict`.
+    """
+    overrides = dict(overrides or {})
+    if "async_" in overrides:
+        overrides["async"] = overrides.pop("async_")
+    tr = merge({"num_prompts_per_step": 16, "num_generations": 8}, overrides.get("training", {}))
+    base = {"output_dir": str(output_dir), "max_minutes": float(seconds) / 60.0, "seed": int(seed),
+            "task": {"eval_size": eval_size, "interim_eval_size": interim_eval_size,
+                     "eval_every_seconds": float(eval_every_seconds)},
+            "buffer": {"initial_fill": tr["num_prompts_per_step"] * tr["num_generations"]}}
+    return from_dict(merge(base, overrides))

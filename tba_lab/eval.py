@@ -1,27 +1,33 @@
-"""Held-out evaluation: greedy exact-match accuracy on GSM8K-format problems."""
+"""Held-out evaluation: the task's metrics on greedy completions (exact-match accuracy for math).
+
+Evaluation goes through the same :func:`tba_lab.rollout.rollout` as the searchers (K = 1,
+temperature 0), with the response length the run is configured with
+(``model.max_new_tokens``): a GSM8K run with 256 tokens is evaluated on 256-token answers.
+"""
 from __future__ import annotations
 
-import torch
-
-from tba_lab.rollout.backend import TransformersBackend
-from tba_lab.tasks import format_prompt
-from tba_lab.tasks.gsm8k import exact_match_reward
+from tba_lab.rollout import rollout
 
 
-@torch.no_grad()
-def greedy_accuracy(model, tokenizer, problems: list[dict], batch_size: int = 250,
-                    max_new_tokens: int = 48) -> float:
-    """Fraction in [0, 1] of ``problems`` (``{"question", "answer"}``) answered exactly right
-    with greedy decoding. Puts ``model`` in eval mode (and leaves it there)."""
+def evaluate(task, backend, problems: list, max_new_tokens: int, batch_size: int = 250) -> dict[str, float]:
+    """``task.metrics`` of greedy completions to ``problems`` (e.g. ``{"accuracy": 0.346}``).
+
+    Args:
+        task: a :class:`~tba_lab.tasks.Task`.
+        backend: a :class:`~tba_lab.rollout.backend.GenerationBackend` holding the policy
+            (put a torch policy in eval mode first).
+        problems: held-out problems as ``task.load("test")`` returns them.
+        max_new_tokens: response length cap, tokens (use the run's ``model.max_new_tokens``).
+        batch_size: problems per generation call.
+
+    Raises:
+        ValueError: ``problems`` is empty.
+    """
     if not problems:
         raise ValueError("problems is empty: evaluation needs at least one problem")
-    model.eval()
-    backend = TransformersBackend(model, tokenizer)
-    correct = 0.0
+    completions, rewards = [], []
     for start in range(0, len(problems), batch_size):
-        chunk = problems[start:start + batch_size]
-        prompts = tokenizer([format_prompt(p["question"]) for p in chunk])["input_ids"]
-        responses = backend.generate(prompts, 1, temperature=0.0, max_new_tokens=max_new_tokens).responses
-        texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-        correct += sum(exact_match_reward(t, p["answer"]) for t, p in zip(texts, chunk))
-    return correct / len(problems)
+        batch = rollout(backend, task, problems[start:start + batch_size], 1, 0.0, max_new_tokens)
+        completions += batch.completions
+        rewards += batch.rewards
+    return task.metrics(problems, completions, rewards)

@@ -37,7 +37,7 @@ Simplifications and choices, stated plainly:
   the stop-gradient (residuals sum to zero within a group); the detach makes the estimator
   explicit and keeps per-row gradients ('none' reduction) local to their row.
 * TB uses raw rewards divided by the CURRENT beta: no importance ratio, clipping or whitening.
-* GRPO's ``old_token_logps`` are the behaviour policy's log-probs, supplied as data (detached
+* GRPO's ``behaviour_token_logps`` are the behaviour policy's log-probs, supplied as data (detached
   here). Never pass ``token_logps.detach()`` for them off-policy: the ratio would always be 1
   and the clipping would never act.
 * Everything is computed in the caller's dtype except ``token_logprobs``, which returns float32.
@@ -126,7 +126,7 @@ def token_logprobs(logits: torch.Tensor, target_ids: torch.Tensor, temperature: 
         logits: (N, T, V) float, the model logits already aligned with the targets (i.e. the
             logits at position t predict ``target_ids[:, t]``; shift before calling).
         target_ids: (N, T) long token ids.
-        temperature: sampling temperature, > 0. Use the SAME value the sampler used (DESIGN
+        temperature: sampling temperature, > 0. Use the SAME value the sampler used (docs/design.md
             sec. 1) for both policy and reference, otherwise the log-probs describe a different
             distribution from the one the data came from.
 
@@ -325,7 +325,7 @@ def beta_schedule(step: int, beta_0: float, beta_final: float, anneal_steps: int
         beta(step) = beta_0 + min(step / anneal_steps, 1) * (beta_final - beta_0)
 
     TBA anneals beta so that early training stays near the reference and later training
-    trusts the reward more (DESIGN sec. 1; reference GSM8K setting 0.014 -> 0.004 over 500
+    trusts the reward more (docs/design.md sec. 1; reference GSM8K setting 0.014 -> 0.004 over 500
     updates, TL;DR 1.0 -> 0.05).
 
     Args:
@@ -423,16 +423,16 @@ def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k
     return torch.exp(d) - d - 1
 
 
-def grpo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, ref_token_logps,
+def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, ref_token_logps,
               advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
               beta: float = 0.04, kl_estimator: str = "k3", loss_type: str = "grpo",
               max_completion_length=None):
     """GRPO loss with PPO clipping (Shao et al. 2024, Eq. 3) and its aggregation variants.
 
-        ratio     = exp(log pi_theta - log pi_old)                     per token
+        ratio     = exp(log pi_theta - log pi_behaviour)                     per token
         per_token = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) + beta * KL_token
 
-    ``old_token_logps`` are the BEHAVIOUR policy's log-probs (the policy that sampled the
+    ``behaviour_token_logps`` are the BEHAVIOUR policy's log-probs (the policy that sampled the
     data), given as data and detached here. The KL term is skipped when beta == 0 or
     ``ref_token_logps`` is None.
 
@@ -445,7 +445,7 @@ def grpo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, ref_toke
 
     Args:
         token_logps: (N, T) current-policy token log-probs (carries the grad).
-        old_token_logps: (N, T) behaviour-policy token log-probs.
+        behaviour_token_logps: (N, T) behaviour-policy token log-probs.
         ref_token_logps: (N, T) reference token log-probs, or None.
         advantages: (N,) per-sequence advantages (``group_advantages``).
         mask: (N, T) bool/float response mask.
@@ -474,7 +474,7 @@ def grpo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, ref_toke
         raise ValueError(f"clip_eps must be >= 0, got {clip_eps!r}")
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta!r}")
-    _check_same_shape(token_logps=token_logps, old_token_logps=old_token_logps, mask=mask)
+    _check_same_shape(token_logps=token_logps, behaviour_token_logps=behaviour_token_logps, mask=mask)
     if ref_token_logps is not None:
         _check_same_shape(token_logps=token_logps, ref_token_logps=ref_token_logps)
     if token_logps.dim() != 2:
@@ -488,7 +488,7 @@ def grpo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, ref_toke
         raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length!r}")
 
     adv = advantages.to(token_logps.dtype).unsqueeze(1)                    # (N, 1)
-    ratio = torch.exp(token_logps - old_token_logps.detach())              # (N, T)
+    ratio = torch.exp(token_logps - behaviour_token_logps.detach())        # (N, T)
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
     per_token = -torch.min(ratio * adv, clipped * adv)                     # (N, T)
 
@@ -528,7 +528,7 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, kl: torch.Tensor | N
         A_ij = R_ij - 1/(K-1) * sum_{l != j} R_il  =  K/(K-1) * (R_ij - mean_l R_il)
 
     ``kl_ij`` is the sequence-level log pi_behaviour(y|x) - log pi_ref(y|x) of each rollout
-    (what the sampler's policy paid in KL), as in TRL's RLOO. A group whose shaped rewards are
+    (what the behaviour policy paid in KL), as in TRL's RLOO. A group whose shaped rewards are
     all equal gets advantage EXACTLY 0 (set explicitly, as in ``group_advantages``).
 
     Args:
@@ -559,7 +559,7 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, kl: torch.Tensor | N
     return torch.where(all_equal, torch.zeros_like(adv), adv).reshape(-1)  # (N,)
 
 
-def rloo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, advantages: torch.Tensor,
+def rloo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, clip_eps: float = 0.2):
     """RLOO policy-gradient loss: REINFORCE on the whole response, PPO-clipped off-policy.
 
@@ -573,7 +573,7 @@ def rloo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, advantag
 
     Args:
         token_logps: (N, T) current-policy token log-probs (with grad).
-        old_token_logps: (N, T) behaviour-policy token log-probs (data).
+        behaviour_token_logps: (N, T) behaviour-policy token log-probs (data).
         advantages: (N,) from ``rloo_advantages``.
         mask: (N, T) response mask.
         clip_eps: PPO clip range, >= 0.
@@ -584,7 +584,7 @@ def rloo_loss(token_logps: torch.Tensor, old_token_logps: torch.Tensor, advantag
     Raises:
         ValueError: as ``grpo_loss``.
     """
-    return grpo_loss(token_logps, old_token_logps, None, advantages, mask, clip_eps=clip_eps,
+    return grpo_loss(token_logps, behaviour_token_logps, None, advantages, mask, clip_eps=clip_eps,
                      beta=0.0, loss_type="dr_grpo", max_completion_length=1)
 
 

@@ -32,15 +32,14 @@ from pathlib import Path
 
 import torch
 
+from tba_lab.paths import DATA_DIR, DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR  # noqa: F401 (re-exported)
 from tba_lab.tasks import format_prompt
-from tba_lab.tasks.arithmetic import make_splits
+from tba_lab.tasks.arithmetic import ArithmeticTask, make_splits
 from tba_lab.tasks.gsm8k import write_jsonl
 
 PRETOKENIZE_PATTERN = r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\n"
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-DEFAULT_MODEL_DIR = DATA_DIR / "tiny-llama"
-DEFAULT_TASK_DIR = DATA_DIR / "arithmetic"
+SFT_EVAL_TOKENS = 48  # response cap of sft's own held-out accuracy (sft_summary.json)
 
 
 def build_tokenizer(texts: list[str]):
@@ -94,7 +93,7 @@ def build_model(tokenizer, hidden_size: int = 128, num_layers: int = 4, num_head
 def _plain_sampling(model) -> None:
     """Set the special-token ids ``generate`` needs. Top-k/top-p are NOT set here: the
     backend passes ``top_k=0, top_p=1.0`` on every sampling call (transformers defaults to
-    top_k=50), because the trainer's log-probs assume the full softmax(logits / T)."""
+    top_k=50), because the trainer's log-probs assume the full softmax(logits / temperature)."""
     gc = model.generation_config
     gc.pad_token_id = model.config.pad_token_id
     gc.eos_token_id = model.config.eos_token_id
@@ -142,6 +141,17 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32
     return model, tokenizer
 
 
+def greedy_accuracy(model, tokenizer, problems: list[dict], max_new_tokens: int = SFT_EVAL_TOKENS) -> float:
+    """Exact-match accuracy in [0, 1] of greedy answers to GSM8K-format ``problems``
+    (:func:`tba_lab.eval.evaluate` with the arithmetic task). Leaves ``model`` in eval mode."""
+    from tba_lab.eval import evaluate
+    from tba_lab.rollout.backend import TransformersBackend
+
+    model.eval()
+    return evaluate(ArithmeticTask(), TransformersBackend(model, tokenizer), problems,
+                    max_new_tokens)["accuracy"]
+
+
 def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
         task_dir: str | os.PathLike = DEFAULT_TASK_DIR, seed: int = 0, steps: int = 500,
         batch_size: int = 64, lr: float = 2e-3, num_threads: int = 2, eval_size: int = 500,
@@ -155,8 +165,6 @@ def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
         dict with ``accuracy`` (greedy, first ``eval_size`` test problems, in [0, 1]),
         ``steps``, ``wall_seconds``, ``num_parameters``.
     """
-    from tba_lab.eval import greedy_accuracy
-
     torch.set_num_threads(num_threads)
     random.seed(seed)
     train, test = make_splits(seed=seed)

@@ -28,20 +28,33 @@ def weights_fingerprint(model) -> tuple[float, float]:
     return checksum, float(logps.sum())
 
 
+def backend_for(model):
+    """A :class:`TransformersBackend` around ``model`` (a stand-in tokenizer: ids only)."""
+    from types import SimpleNamespace
+
+    from tba_lab.rollout.backend import TransformersBackend
+
+    return TransformersBackend(model, SimpleNamespace(pad_token_id=0, eos_token_id=2))
+
+
 def weights_puller(config, weights, commands, results) -> None:
-    """Child process: hold its OWN model (built from ``config`` with a different seed), and on
-    each command "pull" load the published weights and report (version, checksum, log-prob).
-    Reports its pre-pull fingerprint first, with version -1. Exits on "stop"."""
+    """Child process: hold its OWN model (built from ``config`` with a different seed) inside a
+    generation backend, and on each command "pull" hand the published weights to the backend's
+    ``load_weights`` and report (version, checksum, log-prob). Reports its pre-pull fingerprint
+    first, with version -1. Exits on "stop"."""
     from transformers import LlamaForCausalLM
 
     torch.set_num_threads(1)
     torch.manual_seed(12345)  # different initial weights from the parent's model
     model = LlamaForCausalLM(config).eval()
+    backend = backend_for(model)
     version = -1
     results.put((version, *weights_fingerprint(model)))
     while True:
         cmd = commands.get(timeout=120)
         if cmd == "stop":
             return
-        version = weights.pull(model, version)
+        version, new = weights.pull(version)
+        if new is not None:
+            backend.load_weights(new)
         results.put((version, *weights_fingerprint(model)))

@@ -15,10 +15,12 @@ import time
 import pytest
 import torch
 
+from tba_lab.actors.launcher import SearcherFailed
 from tba_lab.actors.local import LocalLauncher
 from tba_lab.buffer import ReplayBuffer
 from tba_lab.config import from_dict
 from tba_lab.models import DEFAULT_MODEL_DIR, load_policy
+from tba_lab.registry import LAUNCHERS
 from tba_lab.rollout.scoring import response_logprobs
 
 SUMMARY_KEYS = {"accuracy_before", "accuracy_after", "trainer_steps", "samples_generated",
@@ -72,17 +74,20 @@ def _assert_no_children():
     assert _child_pids() == [], f"child processes left:\n{left}"
 
 
+@LAUNCHERS.register
 class _FreshDataLauncher(LocalLauncher):
-    """Test harness: once the trainer has published version >= 1, its first ``poll`` waits
-    (up to 60 s) until a batch generated with published weights arrives. This makes "the
-    trainer is slower than the searcher" true on any machine, so the buffer deterministically
-    holds post-sync rollouts; everything else is the real launcher and real processes."""
+    """Test harness (``async.launcher: fresh_data_test``): once the trainer has published version
+    >= 1, its first ``poll`` waits (up to 60 s) until a batch generated with published weights
+    arrives. This makes "the trainer is slower than the searcher" true on any machine, so the
+    buffer deterministically holds post-sync rollouts; everything else is the real launcher
+    and real processes."""
 
+    name = "fresh_data_test"
     seen_fresh = False
 
     def poll(self, timeout=0.0):
         msgs = super().poll(timeout)
-        fresh = lambda ms: any(m.get("version", 0) >= 1 or m["kind"] == "error" for m in ms)
+        fresh = lambda ms: any(isinstance(m, SearcherFailed) or m.version >= 1 for m in ms)
         if (not self.seen_fresh and self.weights.version.value >= 1
                 and not self.stop_event.is_set() and self.alive()):
             deadline = time.time() + 60
@@ -103,15 +108,15 @@ def _logps(model, rollout, temperature):
     return lp[0]
 
 
-def test_async_run_outputs_and_searcher_uses_synced_weights(tmp_path, monkeypatch):
+def test_async_run_outputs_and_searcher_uses_synced_weights(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from tba_lab.trainer import train
 
     torch.set_num_threads(1)
-    monkeypatch.setattr("tba_lab.actors.local.LocalLauncher", _FreshDataLauncher)
     steps = 6
-    cfg = _config(tmp_path, training={"max_steps": steps}, async_={"sync_period": 1})
+    cfg = _config(tmp_path, training={"max_steps": steps},
+                  async_={"sync_period": 1, "launcher": "fresh_data_test"})
     summary = train(cfg, progress=False)
     _assert_no_children()
 
@@ -158,21 +163,21 @@ def test_async_run_outputs_and_searcher_uses_synced_weights(tmp_path, monkeypatc
     assert max(diffs) > 1e-5
 
     # Key check: the searcher's weights really change after a sync.
-    T = cfg.model.temperature
+    temperature = cfg.model.temperature
     v0 = next(it for it in items if it.version == 0)
     v1 = min((it for it in items if it.version >= 1), key=lambda it: it.version)  # fewest updates
-    old0 = torch.tensor(v0.old_token_logps)
+    behaviour0 = torch.tensor(v0.behaviour_token_logps)
     # version 0 was sampled from the starting weights: its behaviour log-probs match them ...
-    torch.testing.assert_close(old0, _logps(start, v0, T), atol=1e-4, rtol=0)
+    torch.testing.assert_close(behaviour0, _logps(start, v0, temperature), atol=1e-4, rtol=0)
     # ... and not the trained policy's
-    assert (old0 - _logps(final, v0, T)).abs().max() > 1e-3
+    assert (behaviour0 - _logps(final, v0, temperature)).abs().max() > 1e-3
     # a post-sync rollout was NOT sampled from the starting weights
-    old1 = torch.tensor(v1.old_token_logps)
-    gap = (old1 - _logps(start, v1, T)).abs().max().item()
+    behaviour1 = torch.tensor(v1.behaviour_token_logps)
+    gap = (behaviour1 - _logps(start, v1, temperature)).abs().max().item()
     assert gap > 1e-3, f"version-{v1.version} rollout matches the starting weights ({gap:.2e})"
     # the reference log-probs, in contrast, always come from the frozen starting checkpoint
     for it in (v0, v1):
-        torch.testing.assert_close(torch.tensor(it.ref_token_logps), _logps(start, it, T),
+        torch.testing.assert_close(torch.tensor(it.ref_token_logps), _logps(start, it, temperature),
                                    atol=1e-4, rtol=0)
 
 
@@ -218,11 +223,11 @@ def test_sync_grpo_ratio_is_one_on_policy(tmp_path):
     buffer = ReplayBuffer.load(tmp_path / "buffer.pt")
     items = [it for pid in list(buffer._items) for it in buffer.items(pid)]
     assert items and all(it.ref_token_logps is None for it in items)
-    from tba_lab.trainer import compute_loss
+    from tba_lab.algorithms import compute_loss, make_algorithm
     tb = _config(tmp_path, training={"num_generations": 4})
     model, tok = load_policy(DEFAULT_MODEL_DIR)
     with pytest.raises(ValueError, match="reference log-probs"):
-        compute_loss(tb, model, buffer.sample(1, 4), tok.pad_token_id, step=0)
+        compute_loss(make_algorithm(tb), model, buffer.sample(1, 4), tok.pad_token_id, step=0)
 
 
 @pytest.mark.parametrize("algo,mode,extra", [

@@ -171,14 +171,14 @@ def test_clipped_objective_gradient_changes_with_behaviour_logprobs():
 
 @pytest.mark.parametrize("algo", ["tb", "grpo", "dr_grpo", "rloo", "online_dpo"])
 def test_compute_loss_every_algo_on_a_real_batch(tiny, algo, tmp_path):
-    """One prompt-major batch of sampled rollouts through ``trainer.compute_loss``: finite loss,
+    """One prompt-major batch of sampled rollouts through ``algorithms.compute_loss``: finite loss,
     a gradient, and (ratio-based losses) an on-policy ratio of 1 at temperature 0.6."""
     from tba_lab.buffer import Rollout
     from tba_lab.config import from_dict
     from tba_lab.rollout.backend import TransformersBackend
     from tba_lab.rollout.scoring import response_logprobs
     from tba_lab.tasks import format_prompt
-    from tba_lab.trainer import compute_loss
+    from tba_lab.algorithms import compute_loss, make_algorithm
 
     model, tok, train = tiny
     torch.manual_seed(0)
@@ -191,12 +191,12 @@ def test_compute_loss_every_algo_on_a_real_batch(tiny, algo, tmp_path):
     rewards = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0]  # mixed groups so every loss is non-zero
     batch = [Rollout(prompt_id=i // k, prompt_ids=rows[i], response_ids=gen.responses[i],
                      reward=rewards[i], version=0, ref_token_logps=(ref[i, :len(gen.responses[i])] - 0.1).tolist(),
-                     old_token_logps=gen.token_logps[i]) for i in range(2 * k)]
+                     behaviour_token_logps=gen.token_logps[i]) for i in range(2 * k)]
     cfg = from_dict({"algo": algo, "output_dir": str(tmp_path), "model": {"temperature": 0.6},
                      "training": {"num_generations": k, "num_prompts_per_step": 2},
                      "buffer": {"max_prompts": 0}})
     model.zero_grad()
-    loss, info = compute_loss(cfg, model, batch, tok.pad_token_id, step=0)
+    loss, info = compute_loss(make_algorithm(cfg), model, batch, tok.pad_token_id, step=0)
     loss.backward()
     assert math.isfinite(loss.item())
     if algo in ("tb", "online_dpo"):  # a surrogate loss at ratio 1 may be 0 in value, not in grad

@@ -29,7 +29,7 @@ def ro(pid: int, resp, reward: float = 0.0, version: int = 0) -> Rollout:
         response_ids=resp,
         reward=float(reward),
         ref_token_logps=[-1.0] * len(resp),
-        old_token_logps=[-1.5] * len(resp),
+        behaviour_token_logps=[-1.5] * len(resp),
         version=version,
     )
 
@@ -309,6 +309,19 @@ def test_save_load_round_trip(tmp_path):
     assert [[key(r) for r in restored.sample(3, 4)] for _ in range(20)] == expected
     assert [[key(r) for r in via_dict.sample(3, 4)] for _ in range(20)] == expected
     assert restored.items(2)[-1] == buf.items(2)[-1]  # full Rollout equality, log-probs included
+
+
+def test_loads_format_1_checkpoints():
+    """Format 1 (before the rename to ``behaviour_token_logps``) still loads, values intact."""
+    buf = _filled(4)
+    state = buf.state_dict()
+    old = {**state, "format": 1,
+           "items": [[pid, [{("old_token_logps" if k == "behaviour_token_logps" else k): v
+                             for k, v in r.items()} for r in rows]] for pid, rows in state["items"]]}
+    assert "old_token_logps" in old["items"][0][1][0]
+    restored = ReplayBuffer()
+    restored.load_state_dict(old)
+    assert [restored.items(p) for p in restored.prompt_ids()] == [buf.items(p) for p in buf.prompt_ids()]
 
 
 def test_save_is_atomic(tmp_path, monkeypatch):

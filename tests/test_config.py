@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 import yaml
 
-from tba_lab.config import (ConfigError, RunConfig, from_dict, load_yaml, validate)
+from tba_lab.config import (ConfigError, RunConfig, from_dict, load_yaml, validate, write_yaml)
 from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR
 
 
@@ -14,7 +14,9 @@ def test_defaults_validate():
     assert cfg.async_.mode == "async" and cfg.async_.sync_period == 1
     assert cfg.training.num_generations >= 2
     assert cfg.model.path == str(DEFAULT_MODEL_DIR)
-    assert cfg.task.train_path == str(DEFAULT_TASK_DIR / "train.jsonl")
+    assert cfg.task.name == "arithmetic" and cfg.task.train_path == ""  # "" = the task's default
+    from tba_lab.tasks import make_task
+    assert make_task(cfg).source("train") == str(DEFAULT_TASK_DIR / "train.jsonl")
     assert from_dict({}) == RunConfig()  # empty YAML == defaults
 
 
@@ -54,7 +56,7 @@ async:
 
     # dump (as the trainer writes config.yaml: "async" spelled without the underscore) and reload
     data = cfg.to_dict()
-    data["async"] = data.pop("async_")
+    assert "async" in data and "async_" not in data and "sections" not in data
     again = tmp_path / "again.yaml"
     again.write_text(yaml.safe_dump(data, sort_keys=False))
     assert load_yaml(again) == cfg
@@ -63,11 +65,46 @@ async:
 
 
 def test_trainer_writes_loadable_config(tmp_path):
-    from tba_lab.trainer import _write_config
-
     cfg = from_dict({"seed": 3, "async": {"sync_period": 2}, "tb": {"beta": 0.5}})
-    _write_config(cfg, tmp_path / "config.yaml")
+    write_yaml(cfg, tmp_path / "config.yaml")
     assert load_yaml(tmp_path / "config.yaml") == cfg
+
+
+def test_section_given_twice_is_refused():
+    """`async` and `async_` are one section: both at once is an error, not "the later wins"."""
+    with pytest.raises(ConfigError, match="both `async` and `async_`"):
+        from_dict({"async": {"sync_period": 2}, "async_": {"sync_period": 3}})
+
+
+def test_importing_config_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, tba_lab.config, tba_lab.registry, tba_lab.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_option_lists_come_from_where_they_are_defined():
+    """Validation names the choices the loss code accepts, and the registered algorithms."""
+    from tba_lab.losses import GRPO_LOSS_TYPES
+    from tba_lab.registry import ALGORITHMS
+
+    with pytest.raises(ConfigError) as e:
+        from_dict({"grpo": {"loss_type": "sum"}})
+    assert str(list(GRPO_LOSS_TYPES)) in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        from_dict({"algo": "ppo"})
+    assert str(list(ALGORITHMS.names())) in str(e.value)
+
+
+def test_gsm8k_task_paths():
+    """task.name gsm8k: a missing local file is refused up front; a hub name is left to load."""
+    with pytest.raises(ConfigError, match="task.train_path"):
+        from_dict({"task": {"name": "gsm8k", "train_path": "/nonexistent/train.jsonl"}})
+    cfg = from_dict({"task": {"name": "gsm8k"}})
+    from tba_lab.tasks import make_task
+    assert make_task(cfg).source("test") == "openai/gsm8k"
 
 
 @pytest.mark.parametrize("data, name", [
@@ -96,6 +133,9 @@ def test_missing_yaml_file(tmp_path):
 
 @pytest.mark.parametrize("data, field", [
     ({"algo": "ppo"}, "algo"),
+    ({"task": {"name": "tldr"}}, "task.name"),
+    ({"model": {"backend": "vllm2"}}, "model.backend"),
+    ({"async": {"launcher": "slurm"}}, "async.launcher"),
     ({"training": {"num_generations": 1}}, "training.num_generations"),
     ({"buffer": {"recency_prob": 2}}, "buffer.recency_prob"),
     ({"buffer": {"recency_prob": -0.1}}, "buffer.recency_prob"),

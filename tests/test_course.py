@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tba_lab.course import EXERCISES, check
-from tba_lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce
+from tba_lab.lab.course import EXERCISES, check
+from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce
 
 NOTEBOOKS = ["01_on_policy_grpo", "02_trajectory_balance", "03_replay_buffer",
              "04_async_searchers", "05_scaling", "06_explorer"]

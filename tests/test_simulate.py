@@ -1,13 +1,13 @@
-"""The timeline simulator (tba_lab.simulate) and the explorer's helpers (tba_lab.widgets):
+"""The timeline simulator (tba_lab.lab.simulate) and the explorer's helpers (tba_lab.lab.widgets):
 closed forms, steady-state rates of the event simulation, queue blocking, staleness, knobs."""
 import math
 
 import numpy as np
 import pytest
 
-from tba_lab.simulate import (async_throughput, format_table, plan_placement, simulate,
+from tba_lab.lab.simulate import (async_throughput, format_table, plan_placement, simulate,
                               sync_updates_per_minute)
-from tba_lab.widgets import knob_overrides, make_config, merge_overrides, moving_average
+from tba_lab.lab.widgets import knob_overrides, make_config, merge_overrides, moving_average
 
 
 def test_closed_forms():

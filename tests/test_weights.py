@@ -6,7 +6,7 @@ import torch
 import torch.multiprocessing as mp
 
 from tba_lab.actors.weights import SharedWeights
-from tests._spawn_helpers import weights_fingerprint, weights_puller
+from tests._spawn_helpers import backend_for, weights_fingerprint, weights_puller
 
 
 @pytest.fixture
@@ -77,11 +77,29 @@ def test_pull_same_version_is_a_noop(policy):
     _perturb(policy, seed=2)
     weights.publish(policy, 5)
     before = weights_fingerprint(local)
-    assert weights.pull(local, 5) == 5          # already "has" version 5: nothing is copied
-    assert weights_fingerprint(local) == before
-    assert weights.pull(local, 4) == 5          # older version: copies
+    assert weights.pull(5) == (5, None)         # already "has" version 5: nothing is copied
+    version, new = weights.pull(4)              # older version: a private copy, by name
+    assert version == 5
+    backend_for(local).load_weights(new)
     assert weights_fingerprint(local) == weights_fingerprint(policy)
     assert weights_fingerprint(local) != before
+
+
+def test_pull_gives_named_copies_not_a_module(policy):
+    """The channel hands out (Hugging Face name, tensor) pairs, the form ``load_weights`` of any
+    backend takes (vLLM's included): names and shapes as the trainer's parameters, tied
+    embeddings once, and a copy that a later publish does not change."""
+    ctx = mp.get_context("spawn")
+    weights = SharedWeights(policy, ctx)
+    _, new = weights.pull(-1)
+    expected = list(policy.named_parameters())
+    assert [n for n, _ in new] == [n for n, _ in expected]
+    assert "lm_head.weight" not in dict(new)                       # tied to the embeddings
+    assert all(torch.equal(t, p) for (_, t), (_, p) in zip(new, expected))
+    _perturb(policy, seed=4)
+    weights.publish(policy, 1)
+    assert not any(torch.equal(t, p) for (_, t), (_, p) in zip(new, policy.named_parameters()))
+    assert torch.equal(weights.pull(0)[1][0][1], policy.model.embed_tokens.weight)  # the new one
 
 
 def test_publish_does_not_alias_the_trainer_model(policy):
@@ -101,8 +119,8 @@ def test_mismatched_parameter_count_raises(tiny, policy):
     ctx = mp.get_context("spawn")
     weights = SharedWeights(policy, ctx)
     other = build_model(tok, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
-    with pytest.raises(ValueError, match="parameters"):
-        weights.pull(other, -1)
+    with pytest.raises(ValueError, match="same model.path"):
+        backend_for(other).load_weights(weights.pull(-1)[1])
 
 
 def test_mixed_dtypes_rejected(policy):

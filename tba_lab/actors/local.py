@@ -1,8 +1,10 @@
 """Launch searchers as ``torch.multiprocessing`` processes on this machine.
 
-:class:`LocalLauncher` is the launcher interface the trainer uses: ``start()``, ``poll()`` for
-messages, ``alive()``, ``stop()``. A Ray launcher (searchers as Ray actors on other machines)
-plugs in behind the same four methods.
+:class:`LocalLauncher` (``async.launcher: local``, the default) implements the
+:class:`~tba_lab.actors.launcher.Launcher` protocol the trainer uses: ``start()``,
+``publish()`` through :class:`~tba_lab.actors.weights.SharedWeights`, ``poll()`` for messages,
+``alive()``, ``stop()``. A launcher for Ray actors on other machines plugs in behind the same
+five methods.
 
 Processes use the ``spawn`` start method (safe with threads and, later, CUDA); their entry point
 lives in the package (:func:`tba_lab.actors.searcher.searcher_main`), never in a notebook cell.
@@ -18,20 +20,25 @@ import time
 
 import torch.multiprocessing as mp
 
-from tba_lab.actors.searcher import searcher_main
+from tba_lab.actors.searcher import SearcherSpec, searcher_main
 from tba_lab.actors.weights import SharedWeights
+from tba_lab.registry import LAUNCHERS
 
 
+@LAUNCHERS.register
 class LocalLauncher:
     """Searcher processes on one machine.
 
     Args:
         cfg: the :class:`~tba_lab.config.RunConfig`.
         model: the trainer's policy (defines the shared weight buffer).
+        use_reference: whether searchers compute reference log-probs (the loss reads them).
     """
+    name = "local"
 
-    def __init__(self, cfg, model):
+    def __init__(self, cfg, model, use_reference: bool = True):
         self.cfg = cfg
+        self.spec = SearcherSpec.from_config(cfg, use_reference)
         self.ctx = mp.get_context("spawn")
         self.weights = SharedWeights(model, self.ctx)
         self.queue = self.ctx.Queue(maxsize=cfg.async_.queue_size)
@@ -40,11 +47,10 @@ class LocalLauncher:
 
     def start(self) -> None:
         """Spawn ``cfg.async_.num_searchers`` searcher processes (daemonic)."""
-        cfg_dict = self.cfg.to_dict()
         for i in range(self.cfg.async_.num_searchers):
             p = self.ctx.Process(
                 target=searcher_main, name=f"tba-searcher-{i}", daemon=True,
-                args=(i, cfg_dict, self.weights, self.queue, self.stop_event,
+                args=(i, self.spec, self.weights, self.queue, self.stop_event,
                       self.cfg.seed * 1000 + i + 1))
             p.start()
             self.processes.append(p)
@@ -54,8 +60,9 @@ class LocalLauncher:
         """Make ``model``'s weights (trainer update count ``version``) visible to searchers."""
         self.weights.publish(model, version)
 
-    def poll(self, timeout: float = 0.0) -> list[dict]:
-        """All messages waiting now (waiting up to ``timeout`` seconds for the first one)."""
+    def poll(self, timeout: float = 0.0) -> list:
+        """All messages waiting now (waiting up to ``timeout`` seconds for the first one):
+        :class:`~tba_lab.rollout.RolloutBatch` or :class:`~tba_lab.actors.launcher.SearcherFailed`."""
         out = []
         try:
             out.append(self.queue.get(timeout=timeout) if timeout > 0 else self.queue.get_nowait())

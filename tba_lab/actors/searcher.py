@@ -1,17 +1,16 @@
-"""The searcher (actor) loop: generate, score, tag, push (DESIGN sec. 2).
+"""The searcher (actor) loop: pull weights, roll out, push (docs/design.md sec. 2).
 
-A searcher holds a possibly stale copy of the policy and the frozen reference policy. Each
-iteration it
-  1. pulls new weights if the trainer published since the last iteration (:class:`SharedWeights`),
-  2. samples ``num_prompts_per_step`` prompts (a seeded pass over the train split, reshuffled
-     each epoch, so it never runs out of prompts),
-  3. generates K = ``num_generations`` responses per prompt with the backend, keeping the
-     sampler's own per-token log-probs (the behaviour policy, for importance ratios),
-  4. scores them (exact-match reward) and computes reference log-probs (so the trainer needs no
-     reference forward pass: TB's Eq. 3 and GRPO's KL term read them from the rollout); they
-     are skipped (None) when the loss reads none (``config.needs_reference``: GRPO at beta 0),
-  5. puts one message with B*K :class:`~tba_lab.buffer.Rollout` items, tagged with the policy
-     version, on the queue; ``put`` uses a timeout in a loop so a stop request is always seen.
+A searcher holds a possibly stale copy of the policy (inside its generation backend) and the
+frozen reference policy. Each iteration it
+  1. pulls new weights if the trainer published since the last iteration
+     (:class:`~tba_lab.actors.weights.SharedWeights`) and hands them to ``backend.load_weights``,
+  2. takes the next ``num_prompts_per_step`` problems of the task's train split (a seeded pass,
+     reshuffled each epoch, so it never runs out of prompts),
+  3. calls :func:`tba_lab.rollout.rollout`: K = ``num_generations`` responses per prompt with
+     the behaviour log-probs the backend sampled with, the task's rewards, and reference
+     log-probs (skipped, None, when the loss reads none: GRPO at beta 0),
+  4. puts the :class:`~tba_lab.rollout.RolloutBatch`, tagged with the policy version, on the
+     queue; ``put`` uses a timeout in a loop so a stop request is always seen.
 
 In ``sync`` mode it generates exactly one batch per published version (strict alternation).
 The loop ends when ``stop`` is set or the parent process dies; SIGINT is ignored here because
@@ -25,11 +24,31 @@ import random
 import signal
 import time
 import traceback
+from dataclasses import dataclass
 
 import torch
 
 
-def _prompt_stream(problems: list[dict], seed: int):
+@dataclass
+class SearcherSpec:
+    """What a searcher process builds, picklable: the typed config and the classes to build.
+
+    Classes travel by reference (their module is imported in the child), so a task or backend
+    registered outside the package works in spawned searchers too.
+    """
+    cfg: object                 # the run's RunConfig
+    task_cls: type              # tba_lab.registry.TASKS entry of cfg.task.name
+    backend_cls: type           # tba_lab.registry.BACKENDS entry of cfg.model.backend
+    use_reference: bool         # compute reference log-probs (the algorithm reads them)
+
+    @classmethod
+    def from_config(cls, cfg, use_reference: bool) -> "SearcherSpec":
+        from tba_lab.registry import BACKENDS, TASKS
+
+        return cls(cfg, TASKS.get(cfg.task.name), BACKENDS.get(cfg.model.backend), use_reference)
+
+
+def _prompt_stream(problems: list, seed: int):
     """Endless seeded stream of (index, problem), reshuffled every epoch."""
     rng = random.Random(seed)
     order = list(range(len(problems)))
@@ -50,81 +69,58 @@ def _put(q, msg, stop) -> bool:
     return False
 
 
-def searcher_main(searcher_id: int, cfg_dict: dict, weights, out_queue, stop, seed: int) -> None:
+def searcher_main(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: int) -> None:
     """Entry point of one searcher process (spawned by :class:`~tba_lab.actors.local.LocalLauncher`).
 
     Args:
         searcher_id: index of this searcher (0-based).
-        cfg_dict: ``RunConfig.to_dict()`` (plain data, cheap to pickle).
+        spec: the :class:`SearcherSpec` (config, task and backend classes).
         weights: the trainer's :class:`~tba_lab.actors.weights.SharedWeights`.
-        out_queue: ``multiprocessing`` queue of messages ``{"kind": "rollouts"|"error", ...}``.
+        out_queue: ``multiprocessing`` queue of :class:`~tba_lab.rollout.RolloutBatch` and
+            :class:`~tba_lab.actors.launcher.SearcherFailed` messages.
         stop: ``multiprocessing`` Event; set by the trainer to end the loop.
         seed: seed for prompts and sampling.
     """
+    from tba_lab.actors.launcher import SearcherFailed
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        _loop(searcher_id, cfg_dict, weights, out_queue, stop, seed)
+        _loop(searcher_id, spec, weights, out_queue, stop, seed)
     except Exception:  # report, do not hang the trainer
-        _put(out_queue, {"kind": "error", "searcher_id": searcher_id,
-                         "traceback": traceback.format_exc()}, stop)
+        _put(out_queue, SearcherFailed(searcher_id, traceback.format_exc()), stop)
     finally:
         out_queue.cancel_join_thread()  # never block exit on undelivered messages
 
 
-def _loop(searcher_id, cfg_dict, weights, out_queue, stop, seed):
-    from tba_lab.buffer import Rollout
-    from tba_lab.config import needs_reference
+def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: int) -> None:
     from tba_lab.models import load_policy
-    from tba_lab.rollout.backend import TransformersBackend
-    from tba_lab.rollout.scoring import response_logprobs
-    from tba_lab.tasks import format_prompt
-    from tba_lab.tasks.gsm8k import exact_match_reward, read_jsonl
+    from tba_lab.rollout import rollout
 
-    a, m, tr = cfg_dict["async_"], cfg_dict["model"], cfg_dict["training"]
-    sync = a["mode"] == "sync"
-    threads = a["searcher_threads"] or (1 if not sync else max(1, torch.get_num_threads()))
+    cfg = spec.cfg
+    sync = cfg.async_.mode == "sync"
+    threads = cfg.async_.searcher_threads or (1 if not sync else max(1, torch.get_num_threads()))
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    use_ref = needs_reference(cfg_dict["algo"], cfg_dict["grpo"]["beta"])
-    policy, tokenizer = load_policy(m["path"])
+    policy, tokenizer = load_policy(cfg.model.path)
     policy.eval()
-    if use_ref:
-        reference, _ = load_policy(m["path"])
-        reference.eval()
-    backend = TransformersBackend(policy, tokenizer)
-    problems = read_jsonl(cfg_dict["task"]["train_path"])
-    stream = _prompt_stream(problems, seed)
+    reference = load_policy(cfg.model.path)[0].eval() if spec.use_reference else None
+    backend = spec.backend_cls.build(cfg, policy, tokenizer)
+    task = spec.task_cls(cfg)
+    stream = _prompt_stream(task.load("train"), seed)
     parent = multiprocessing.parent_process()
-    B, K, T = tr["num_prompts_per_step"], tr["num_generations"], m["temperature"]
+    B, K = cfg.training.num_prompts_per_step, cfg.training.num_generations
     version, last_generated = -1, -1
     while not stop.is_set() and (parent is None or parent.is_alive()):
-        version = weights.pull(policy, version)
+        version, new_weights = weights.pull(version)
+        if new_weights is not None:
+            backend.load_weights(new_weights)
         if sync and version == last_generated:  # strict alternation: one batch per version
             time.sleep(0.005)
             continue
-        t0 = time.time()
-        batch = [next(stream) for _ in range(B)]
-        prompt_ids = tokenizer([format_prompt(p["question"]) for _, p in batch])["input_ids"]
-        gen = backend.generate(prompt_ids, K, temperature=T, max_new_tokens=m["max_new_tokens"])
-        t1 = time.time()
-        texts = tokenizer.batch_decode(gen.responses, skip_special_tokens=True)
-        rows_prompts = [prompt_ids[i // K] for i in range(B * K)]  # prompt-major
-        if use_ref:
-            with torch.no_grad():
-                ref_logps, _ = response_logprobs(reference, rows_prompts, gen.responses,
-                                                 tokenizer.pad_token_id, T)
-        rollouts = []
-        for j, (resp, text) in enumerate(zip(gen.responses, texts)):
-            pid, problem = batch[j // K]
-            n = len(resp)
-            rollouts.append(Rollout(
-                prompt_id=pid, prompt_ids=rows_prompts[j], response_ids=resp,
-                reward=exact_match_reward(text, problem["answer"]),
-                ref_token_logps=ref_logps[j, :n].tolist() if use_ref else None,
-                old_token_logps=gen.token_logps[j],
-                version=version, created=time.time()))
-        t2 = time.time()
+        ids, problems = zip(*[next(stream) for _ in range(B)])
+        batch = rollout(backend, task, list(problems), K, cfg.model.temperature,
+                        cfg.model.max_new_tokens, reference=reference, version=version,
+                        problem_ids=list(ids))
+        batch.searcher_id = searcher_id
         last_generated = version
-        _put(out_queue, {"kind": "rollouts", "searcher_id": searcher_id, "version": version,
-                         "rollouts": rollouts, "t_start": t0, "gen_seconds": t1 - t0,
-                         "score_seconds": t2 - t1, "t_end": t2}, stop)
+        _put(out_queue, batch, stop)

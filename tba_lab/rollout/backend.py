@@ -1,7 +1,11 @@
 """Generation backends: turn prompt token ids into K sampled responses per prompt.
 
-:class:`GenerationBackend` is the seam for faster engines (a vLLM backend, imported lazily, is
-the planned second implementation); :class:`TransformersBackend` uses ``model.generate``.
+:class:`GenerationBackend` is the seam for generation engines; :class:`TransformersBackend`
+(``model.backend: transformers``) uses ``model.generate``. A backend is registered in
+:data:`tba_lab.registry.BACKENDS` and built by :func:`make_backend`. It owns its tokenizer
+(prompts in, token ids out) and receives new weights from the weight channel through
+``load_weights`` with Hugging Face parameter names, the form an engine with its own copy of the
+model (vLLM's ``model.load_weights``) accepts too.
 
 Responses are returned as token-id lists cut right after the first EOS (the EOS is kept, so a
 tokenizer whose pad token equals its EOS token still has its terminating EOS inside the
@@ -10,9 +14,12 @@ response mask). A response that hit ``max_new_tokens`` has no EOS.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Iterable, Protocol
 
 import torch
+
+from tba_lab.registry import BACKENDS
+from tba_lab.rollout.scoring import cache_kwarg, left_pad
 
 
 @dataclass
@@ -20,22 +27,43 @@ class Generations:
     """Output of one ``generate`` call, prompt-major (rows i*K..i*K+K-1 answer prompt i).
 
     responses: token ids per row, cut after the first EOS (kept).
-    token_logps: per-token log-probs of each response under the SAMPLER's distribution
-        (softmax(logits / temperature)), same lengths as ``responses``; these are the behaviour
-        log-probs an importance ratio needs. Empty lists for greedy decoding.
+    token_logps: per-token log-probs of each response under the BEHAVIOUR policy, i.e. the
+        distribution the backend sampled from (softmax(logits / temperature)), same lengths as
+        ``responses``; what an importance ratio needs. Empty lists for greedy decoding.
     """
     responses: list[list[int]]
     token_logps: list[list[float]]
 
 
 class GenerationBackend(Protocol):
-    """What a searcher needs from a generation engine."""
+    """What a searcher (and evaluation) needs from a generation engine.
+
+    Attributes:
+        name: the ``model.backend`` value that selects it.
+        tokenizer: a Hugging Face tokenizer with ``pad_token_id`` and ``eos_token_id`` set.
+    """
+    name: str
+    tokenizer: object
+
+    @classmethod
+    def build(cls, cfg, model, tokenizer) -> "GenerationBackend":
+        """A backend for ``cfg.model`` around ``model`` (an engine may load ``cfg.model.path``)."""
+        ...
 
     def generate(self, prompts: list[list[int]], num_generations: int, temperature: float,
                  max_new_tokens: int) -> Generations:
         """``len(prompts) * num_generations`` responses, prompt-major (rows i*K..i*K+K-1 answer
         prompt i); ``temperature == 0`` means greedy decoding."""
         ...
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the policy's parameters by ``(Hugging Face name, tensor)`` pairs."""
+        ...
+
+
+def make_backend(cfg, model, tokenizer) -> GenerationBackend:
+    """The backend ``cfg.model.backend`` names, built around ``model`` and ``tokenizer``."""
+    return BACKENDS.get(cfg.model.backend).build(cfg, model, tokenizer)
 
 
 def cut_at_eos(tokens: list[int], eos_id: int) -> list[int]:
@@ -46,21 +74,7 @@ def cut_at_eos(tokens: list[int], eos_id: int) -> list[int]:
         return tokens
 
 
-def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists to ``(N, P)`` ``input_ids`` and ``attention_mask`` (int64)."""
-    if not prompts:
-        raise ValueError("prompts is empty: give at least one prompt")
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError(f"prompt {i} has no tokens")
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
-    return ids, mask
-
-
+@BACKENDS.register
 class TransformersBackend:
     """Sampling with ``transformers`` ``generate`` (no top-k / top-p truncation).
 
@@ -75,12 +89,39 @@ class TransformersBackend:
             ``num_return_sequences``).
     """
 
+    name = "transformers"
+
     def __init__(self, model, tokenizer, share_prompts: bool = True):
         self.model, self.tokenizer = model, tokenizer
         self.share_prompts = share_prompts
         self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
         if self.pad_id is None or self.eos_id is None:
             raise ValueError("tokenizer needs pad_token_id and eos_token_id set")
+
+    @classmethod
+    def build(cls, cfg, model, tokenizer) -> "TransformersBackend":
+        """Sample from ``model`` itself (its weights are the ones ``load_weights`` replaces)."""
+        return cls(model, tokenizer)
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy ``(name, tensor)`` pairs into the model's parameters of those names.
+
+        Raises:
+            KeyError: a name the model does not have (the weights come from another model).
+            ValueError: a shape that differs from the parameter's.
+        """
+        params = dict(self.model.named_parameters())
+        for name, tensor in weights:
+            if tensor is params.get(name):
+                continue  # the policy itself (evaluation on the trainer's own model)
+            if name not in params:
+                raise KeyError(f"published parameter {name!r} is not in this searcher's model; "
+                               "trainer and searchers must load the same model.path")
+            if params[name].shape != tensor.shape:
+                raise ValueError(f"parameter {name}: published shape {tuple(tensor.shape)}, "
+                                 f"searcher's {tuple(params[name].shape)}; same model.path needed")
+            params[name].copy_(tensor)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_generations: int = 1,
@@ -104,10 +145,8 @@ class TransformersBackend:
         if num_generations > 1 and ids.shape[1] > 1 and self.share_prompts:
             # Shared prefill: the prompt (all but its last token) runs once per prompt, not K
             # times; its cache is copied to the K rows, and generate() continues from it.
-            from tba_lab.rollout.scoring import _cache_kwarg
-
             rows = torch.arange(len(prompts)).repeat_interleave(num_generations)
-            kw = _cache_kwarg(self.model)
+            kw = cache_kwarg(self.model)
             pre = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1],
                              position_ids=(mask[:, :-1].cumsum(-1) - 1).clamp(min=0),
                              use_cache=True, logits_to_keep=1)

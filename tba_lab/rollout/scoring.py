@@ -3,8 +3,8 @@
 Layout of one batch (N rows): ``[left-padded prompt (P) | right-padded response (R)]``.
 Position ids come from the attention mask (as ``generate`` computes them), so padded and
 unpadded sequences get the same log-probs. Logits are divided by the sampling temperature
-before ``log_softmax`` (DESIGN sec. 1), for the policy and the reference alike, so log-probs
-match the distribution the sampler drew from.
+before ``log_softmax`` (docs/design.md sec. 1), for the policy and the reference alike, so log-probs
+match the distribution the behaviour policy sampled from.
 """
 from __future__ import annotations
 
@@ -13,7 +13,25 @@ import functools
 import torch
 
 from tba_lab.losses import token_logprobs
-from tba_lab.rollout.backend import left_pad
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists to ``(N, P)`` ``input_ids`` and ``attention_mask`` (int64).
+
+    Raises:
+        ValueError: ``prompts`` is empty, or one prompt has no tokens.
+    """
+    if not prompts:
+        raise ValueError("prompts is empty: give at least one prompt")
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} has no tokens")
+        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p):] = 1
+    return ids, mask
 
 
 def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
@@ -41,7 +59,7 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
     return input_ids, attention_mask, r_mask, p_ids.shape[1]
 
 
-def _cache_kwarg(model) -> str:
+def cache_kwarg(model) -> str:
     """Name of the key/value-cache argument and output field of ``model.forward``: newer
     transformers call it ``cache``, older ones ``past_key_values``."""
     return _cache_kwarg_of(type(model))
@@ -101,7 +119,7 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
     p_ids, p_mask = left_pad([list(k) for k in unique], pad_id)           # (U, P)
     out = model(input_ids=p_ids, attention_mask=p_mask,
                 position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0), use_cache=True, logits_to_keep=1)
-    cache_kw = _cache_kwarg(model)  # "cache" (transformers >= 5.2x) or "past_key_values"
+    cache_kw = cache_kwarg(model)  # "cache" (transformers >= 5.2x) or "past_key_values"
     cache = getattr(out, cache_kw)
     cache.reorder_cache(rows)                                            # (U, ...) -> (N, ...)
     first = out.logits[:, -1][rows]                                      # (N, V): predicts token 0

@@ -1,14 +1,77 @@
-"""Tasks: prompt sets and reward functions.
+"""Tasks: where prompts come from, how they are shown to the model, and how responses are scored.
 
-* :mod:`tba_lab.tasks.arithmetic` -- the embedded synthetic GSM8K-format task.
-* :mod:`tba_lab.tasks.gsm8k` -- answer extraction, exact-match reward, GSM8K loading.
+A :class:`Task` is one object with
 
-Every task shares one prompt format (:func:`format_prompt`) so the SFT model, the searchers and
-the evaluation see the same text.
+* ``load(split)``: the problems of ``"train"`` (the searchers' prompts) or ``"test"`` (held out);
+* ``format_prompt(problem)``: the text the policy continues;
+* ``rewards(problems, completions)``: one float per completion, in a batch, so a reward model
+  can score them together (``problems[i]`` is the problem ``completions[i]`` answers);
+* ``metrics(problems, completions, rewards)``: held-out metrics, a dict of floats;
+* ``check_config(cfg)``: data paths and options checked before any process starts.
+
+Searchers and evaluation call the task through :func:`tba_lab.rollout.rollout`, never a
+reward function of their own. Implementations registered in :data:`tba_lab.registry.TASKS`:
+
+* :class:`tba_lab.tasks.arithmetic.ArithmeticTask` (``arithmetic``, the default): the embedded
+  synthetic GSM8K-format task in ``data/arithmetic``.
+* :class:`tba_lab.tasks.gsm8k.GSM8KTask` (``gsm8k``): GSM8K through ``datasets`` (a local
+  JSONL file or dataset folder, or a hub name), same prompt and exact-match reward.
+
+Every math task shares one prompt format (:func:`format_prompt`) so the SFT model, the
+searchers and the evaluation see the same text.
 """
+from __future__ import annotations
+
+from tba_lab.registry import TASKS
+
 PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
 
 
 def format_prompt(question: str, template: str = PROMPT_TEMPLATE) -> str:
     """The prompt text for one question; the model continues with ``" <solution>\\n#### N"``."""
     return template.format(question=question)
+
+
+class Task:
+    """Base of the task table's entries (see the module docstring).
+
+    Args:
+        cfg: the run's :class:`~tba_lab.config.RunConfig` (``self.options`` is the task's own
+            section when it declares ``config_class``), or None for the task's defaults.
+    """
+    name: str = ""
+    config_class: type | None = None
+    section: str | None = None
+
+    def __init__(self, cfg=None):
+        self.cfg = cfg
+        self.options = None
+        if cfg is not None and self.config_class is not None:
+            self.options = cfg.section(self.section or self.name)
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Raise :class:`~tba_lab.config.ConfigError` for missing data or bad options."""
+
+    def load(self, split: str) -> list:
+        """Problems of ``split`` ("train" or "test"), any picklable objects."""
+        raise NotImplementedError
+
+    def format_prompt(self, problem) -> str:
+        raise NotImplementedError
+
+    def rewards(self, problems: list, completions: list[str]) -> list[float]:
+        """Finite float rewards r(x, y), one per completion."""
+        raise NotImplementedError
+
+    def metrics(self, problems: list, completions: list[str], rewards: list[float]) -> dict[str, float]:
+        """Held-out metrics of greedy completions (default: the mean reward)."""
+        return {"reward": sum(rewards) / len(rewards)}
+
+
+def make_task(cfg) -> Task:
+    """The task ``cfg.task.name`` names, built for ``cfg``."""
+    return TASKS.get(cfg.task.name)(cfg)
+
+
+__all__ = ["PROMPT_TEMPLATE", "Task", "format_prompt", "make_task"]

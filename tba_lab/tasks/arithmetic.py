@@ -8,11 +8,21 @@ so a ~1M parameter model learns the format quickly but makes arithmetic slips th
 Departures from GSM8K: a fixed set of templates and a closed vocabulary (so the kit's word-level
 tokenizer covers every word), integer answers only, no calculator annotations (``<<a*b=c>>``).
 
+As a :class:`~tba_lab.tasks.Task` (:class:`ArithmeticTask`, ``task.name: arithmetic``, the
+default) it is GSM8K with other data: the same prompt, exact-match reward and accuracy, read
+from ``data/arithmetic/{train,test}.jsonl`` unless ``task.train_path`` / ``task.test_path``
+say otherwise.
+
 Run ``python -m tba_lab.tasks.arithmetic`` to print a few problems.
 """
 from __future__ import annotations
 
 import random
+from pathlib import Path
+
+from tba_lab.paths import DEFAULT_TASK_DIR
+from tba_lab.registry import TASKS
+from tba_lab.tasks.gsm8k import GSM8KTask, read_jsonl
 
 NAMES = ["Tom", "Ana", "Ben", "Mia", "Sam", "Lily", "Omar", "Zoe", "Leo", "Eva", "Raj", "Kim"]
 PRONOUN = {"Tom": "He", "Ben": "He", "Sam": "He", "Omar": "He", "Leo": "He", "Raj": "He",
@@ -91,6 +101,29 @@ def make_splits(seed: int = 0, num_train: int = 20000, num_test: int = 1000) -> 
         if p["question"] not in seen:
             train.append(p)
     return train, test
+
+
+@TASKS.register
+class ArithmeticTask(GSM8KTask):
+    """The embedded task: GSM8K-format JSONL files read directly (no ``datasets``, no cache)."""
+    name = "arithmetic"
+    default_source = {"train": str(DEFAULT_TASK_DIR / "train.jsonl"),
+                      "test": str(DEFAULT_TASK_DIR / "test.jsonl")}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        from tba_lab.config import check
+
+        for split, path in (("train", cfg.task.train_path), ("test", cfg.task.test_path)):
+            source = path or cls.default_source[split]
+            check(Path(source).expanduser().is_file(),
+                  f"task.{split}_path={source!r} does not exist; run `tba-lab sft` to write the "
+                  f"embedded task or point it at a GSM8K-format JSONL file")
+
+    def load(self, split: str) -> list[dict]:
+        if split not in ("train", "test"):
+            raise ValueError(f"split={split!r}: choose train or test")
+        return read_jsonl(self.source(split))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ not read; write ``0.5``.
 Loading goes through Hugging Face ``datasets`` for local JSON/JSONL files,
 local dataset directories and hub names (the hub needs network).  ``datasets``
 is imported lazily so the extraction/reward functions stay import-light.
+
+:class:`GSM8KTask` (``task.name: gsm8k``) puts these together as a
+:class:`~tba_lab.tasks.Task`: ``task.train_path`` / ``task.test_path`` name a
+local file or folder, or a hub dataset (default ``openai/gsm8k``, splits
+``train`` and ``test``); the reward is :func:`exact_match_reward` and the
+held-out metric is greedy accuracy.
 """
 
 from __future__ import annotations
@@ -44,7 +50,11 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from tba_lab.registry import TASKS
+from tba_lab.tasks import Task, format_prompt
+
 __all__ = [
+    "GSM8KTask",
     "extract_answer",
     "exact_match_reward",
     "gold_answer",
@@ -337,3 +347,47 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
                 )
             rows.append(row)
     return rows
+
+
+@TASKS.register
+class GSM8KTask(Task):
+    """GSM8K (Cobbe et al. 2021) as a task: exact-match reward, greedy accuracy held out.
+
+    ``task.train_path`` / ``task.test_path``: a ``.jsonl``/``.json`` file, a dataset folder, or
+    a hub name (loaded with :func:`load_gsm8k`, split "train" / "test"); "" means
+    ``openai/gsm8k``, which needs network or a warm Hugging Face cache. Set
+    ``model.max_new_tokens`` to fit worked solutions (the paper's GSM8K runs use 256+).
+    """
+    name = "gsm8k"
+    default_source = {"train": "openai/gsm8k", "test": "openai/gsm8k"}
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        from tba_lab.config import check
+
+        for split, path in (("train", cfg.task.train_path), ("test", cfg.task.test_path)):
+            source = path or cls.default_source[split]
+            local = Path(source).expanduser()
+            check(local.exists() or not (path and _looks_like_path(path)),
+                  f"task.{split}_path={path!r} does not exist; give a GSM8K-format .jsonl file, "
+                  f"a dataset folder or a hub name")
+
+    def source(self, split: str) -> str:
+        """Where ``split`` is read from (the configured path, or the task's default)."""
+        task = self.cfg.task if self.cfg is not None else None
+        path = "" if task is None else task.train_path if split == "train" else task.test_path
+        return path or self.default_source[split]
+
+    def load(self, split: str) -> list[dict]:
+        if split not in ("train", "test"):
+            raise ValueError(f"split={split!r}: choose train or test")
+        return load_gsm8k(self.source(split), split=split)
+
+    def format_prompt(self, problem: dict) -> str:
+        return format_prompt(problem["question"])
+
+    def rewards(self, problems: list[dict], completions: list[str]) -> list[float]:
+        return [exact_match_reward(c, p["answer"]) for p, c in zip(problems, completions)]
+
+    def metrics(self, problems, completions, rewards) -> dict[str, float]:
+        return {"accuracy": sum(rewards) / len(rewards)}

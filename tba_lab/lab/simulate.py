@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tba_lab.plots import read_jsonl_rows
+from tba_lab.runlog import read_jsonl_rows
 
 # ----------------------------------------------------------------------------------------------
 # Closed forms (the references of exercises 05.sync_throughput and 05.async_throughput)
@@ -233,7 +233,7 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
             for j in range(K):
                 rows.append(Rollout(prompt_id=pid, prompt_ids=[0], response_ids=[j % n_unique],
                                     reward=float(rng.random() < 0.3), ref_token_logps=[0.0],
-                                    old_token_logps=[0.0], version=version))
+                                    behaviour_token_logps=[0.0], version=version))
         return rows
 
     trainer = _Actor("trainer")
@@ -469,26 +469,14 @@ def measure_run(config_overrides: dict, run_dir: str | Path, seconds: float, see
     """Train for ``seconds`` with ``config_overrides`` (``tba_lab.trainer.train``) and return
     :func:`run_timings` of the run.
 
-    Small held-out evaluations (50 problems before and after, none in between) keep the run
-    short; ``config_overrides`` win. The process-wide torch thread count, which ``train()`` sets
-    (1 in async mode), is restored afterwards, so the next run in the same kernel starts from
-    the machine's default.
+    A :func:`tba_lab.config.short_run` config with small held-out evaluations (50 problems
+    before and after, none in between) to keep the run short; ``config_overrides`` win.
     """
-    import torch
-
-    from tba_lab.config import from_dict
+    from tba_lab.config import short_run
     from tba_lab.trainer import train
 
-    base = {"output_dir": str(run_dir), "max_minutes": float(seconds) / 60.0, "seed": int(seed),
-            "task": {"eval_size": 50, "interim_eval_size": 50, "eval_every_seconds": 0}}
-    data = dict(base)
-    for k, v in config_overrides.items():
-        data[k] = {**data[k], **v} if isinstance(v, dict) and isinstance(data.get(k), dict) else v
-    threads = torch.get_num_threads()
-    try:
-        train(from_dict(data), progress=False)
-    finally:
-        torch.set_num_threads(threads)
+    train(short_run(run_dir, seconds, config_overrides, seed=seed, eval_size=50,
+                    interim_eval_size=50, eval_every_seconds=0), progress=False)
     return run_timings(run_dir)
 
 

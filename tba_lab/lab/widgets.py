@@ -16,13 +16,16 @@ background thread is supported; the explorer's "Stop" button ends a run early th
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import threading
 import time
 from pathlib import Path
 
-from tba_lab.config import ALGOS
-from tba_lab.plots import moving_average, read_jsonl_rows  # noqa: F401  (moving_average: exercise 06)
+from tba_lab.config import merge as merge_overrides  # noqa: F401  (notebook 06)
+from tba_lab.config import short_run
+from tba_lab.registry import ALGORITHMS
+from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows  # noqa: F401  (moving_average: exercise 06)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -61,46 +64,37 @@ def knob_overrides(algo: str = "tb", beta: float = 0.1, beta_final: float | None
                    max_steps: int = 0) -> dict:
     """Nested config overrides (for :func:`tba_lab.config.from_dict`) from the explorer's knobs.
 
-    ``beta`` goes to the chosen algorithm's own section (``tb.beta``, ``grpo.beta`` for grpo and
-    dr_grpo, ``rloo.beta``, ``online_dpo.beta``); ``beta_final`` / ``beta_anneal_steps`` (the
-    linear annealing) exist for TB only and are ignored otherwise.
+    ``beta`` goes to the chosen algorithm's own section, as the algorithm table declares it
+    (``tb.beta``, ``grpo.beta`` for grpo and dr_grpo, ``rloo.beta``, ``online_dpo.beta``);
+    ``beta_final`` / ``beta_anneal_steps`` (the linear annealing) go there too when that section
+    has them (TB), and are ignored otherwise.
+
+    Raises:
+        ValueError: an algorithm that is not registered.
     """
-    if algo not in ALGOS:
-        raise ValueError(f"algo={algo!r}: choose one of {ALGOS}")
-    section = {"tb": "tb", "grpo": "grpo", "dr_grpo": "grpo", "rloo": "rloo",
-               "online_dpo": "online_dpo"}[algo]
-    out: dict = {"algo": algo, section: {"beta": float(beta)},
+    if algo not in ALGORITHMS:
+        raise ValueError(f"algo={algo!r}: choose one of {list(ALGORITHMS.names())}")
+    cls = ALGORITHMS.get(algo)
+    section = cls.section or cls.name
+    options = {f.name for f in dataclasses.fields(cls.config_class)} if cls.config_class else set()
+    out: dict = {"algo": algo,
                  "training": {"learning_rate": float(learning_rate),
                               "num_generations": int(num_generations), "max_steps": int(max_steps)},
                  "buffer": {"recency_prob": float(recency_prob), "inv_temp": float(inv_temp)},
                  "async": {"mode": mode, "sync_period": int(sync_period),
                            "num_searchers": int(num_searchers)}}
-    if algo == "tb" and beta_final is not None:
-        out["tb"].update(beta_final=float(beta_final), beta_anneal_steps=int(beta_anneal_steps))
-    return out
-
-
-def merge_overrides(base: dict, extra: dict) -> dict:
-    """Nested merge of two override dicts (``extra`` wins; neither is modified)."""
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = merge_overrides(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    if "beta" in options:
+        out[section] = {"beta": float(beta)}
+        if beta_final is not None and {"beta_final", "beta_anneal_steps"} <= options:
+            out[section].update(beta_final=float(beta_final), beta_anneal_steps=int(beta_anneal_steps))
     return out
 
 
 def make_config(config_overrides: dict, seconds: float, output_dir: str | Path, seed: int = 0):
-    """A validated :class:`~tba_lab.config.RunConfig` for a short explorer run.
-
-    Defaults suited to a budget of a minute or two (``config_overrides`` win): held-out
-    accuracy on 200 problems before and after, 100 problems every 20 s in between, a first
-    update after one generation batch (``buffer.initial_fill`` = B*K).
-    """
-    from tba_lab.config import from_dict
-
-    base = {"output_dir": str(output_dir), "max_minutes": float(seconds) / 60.0, "seed": int(seed),
-            "task": {"eval_size": 200, "interim_eval_size": 100, "eval_every_seconds": 20.0},
-            "buffer": {"initial_fill": 128}}
-    return from_dict(merge_overrides(base, config_overrides))
+    """A validated :class:`~tba_lab.config.RunConfig` for a short explorer run
+    (:func:`tba_lab.config.short_run`: held-out accuracy on 200 problems before and after, 100
+    every 20 s in between, a first update after one generation batch); overrides win."""
+    return short_run(output_dir, seconds, config_overrides, seed=seed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -147,15 +141,17 @@ def draw_runs(run_dirs, labels=None, fig=None, window: int = 10, title: str | No
                       label=f"{lab}: max")
         ev = run["evals"]
         if ev:
+            key = eval_metric(ev[0])
+            scale = 100 if key == "accuracy" else 1
             full = max(e["n"] for e in ev)
             ends = [e for e in ev if e["n"] == full]
             mid = [e for e in ev if e["n"] != full]
-            ax_a.plot([e["wall_seconds"] for e in ev], [100 * e["accuracy"] for e in ev],
+            ax_a.plot([e["wall_seconds"] for e in ev], [scale * e[key] for e in ev],
                       color=c, alpha=0.5)
-            ax_a.plot([e["wall_seconds"] for e in ends], [100 * e["accuracy"] for e in ends], "s",
+            ax_a.plot([e["wall_seconds"] for e in ends], [scale * e[key] for e in ends], "s",
                       color=c, label=f"{lab} ({full} problems)")
             if mid:
-                ax_a.plot([e["wall_seconds"] for e in mid], [100 * e["accuracy"] for e in mid],
+                ax_a.plot([e["wall_seconds"] for e in mid], [scale * e[key] for e in mid],
                           "o", color=c, mfc="white", label=f"{lab} (interim, {mid[0]['n']})")
     ax_r.set(ylabel="mean reward", title=f"reward (moving average of {window} updates)")
     ax_l.set(ylabel="loss", title=f"loss (moving average of {window})")
@@ -248,7 +244,7 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
         else:
             update = on_update or _ipython_updater() or (lambda fig: None)
 
-            from tba_lab.course.live import BackgroundRun
+            from tba_lab.lab.live import BackgroundRun
 
             run = BackgroundRun(cfg, stop_event=stop_event).start()
             fig = None
@@ -285,7 +281,7 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
 
     style = {"description_width": "150px"}
     lay = W.Layout(width="420px")
-    algo = W.Dropdown(options=ALGOS, value="tb", description="algorithm", style=style, layout=lay)
+    algo = W.Dropdown(options=ALGORITHMS.names(), value="tb", description="algorithm", style=style, layout=lay)
     mode = W.Dropdown(options=("async", "sync"), value="async", description="mode", style=style, layout=lay)
     beta = W.FloatLogSlider(value=0.1, base=10, min=-3, max=0.5, step=0.1, description="beta (KL coef.)",
                             readout_format=".3g", style=style, layout=lay)

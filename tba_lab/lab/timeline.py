@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tba_lab.plots import read_jsonl_rows
+from tba_lab.runlog import read_jsonl_rows
 
 
 
@@ -132,7 +132,7 @@ def fresh_staleness_max(arrival_lag, sync_period):
         k * floor(a / k) + k - 1.
 
     With a <= 2k - 1 (the batch arrives within k updates of the next publish) this is at most
-    2k - 1, the "about 2k - 1" of DESIGN sec. 2. Reward-mode draws of older prompts are not
+    2k - 1, the "about 2k - 1" of docs/design.md sec. 2. Reward-mode draws of older prompts are not
     bounded by this (``buffer.max_prompts`` bounds them).
 
     Args:

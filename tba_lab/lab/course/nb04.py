@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from tba_lab.course import Exercise
-from tba_lab.timeline import busy_fraction, fresh_staleness_max
+from tba_lab.lab.course import Exercise
+from tba_lab.lab.timeline import busy_fraction, fresh_staleness_max
 
 
 # ------------------------------------------------------- 04.flatten_weights
@@ -40,6 +40,13 @@ def _flatten_cases():
         (([torch.randn(1, generator=g), torch.randn(7, 2, generator=g), torch.randn(3, generator=g)],), {}),
         ((list(model.parameters()),), {}),  # a real module's parameters (require grad)
     ]
+
+
+FLATTEN_WEIGHTS = Exercise(
+    name="04.flatten_weights",
+    description="parameters to one flat vector, as SharedWeights publishes them",
+    stub=flatten_weights_stub, solution=flatten_weights_solution, reference=_flatten_reference,
+    cases=_flatten_cases, rtol=0.0, atol=0.0)
 
 
 # --------------------------------------------------------- 04.busy_fraction
@@ -82,6 +89,13 @@ def _busy_cases():
     ]
 
 
+BUSY_FRACTION = Exercise(
+    name="04.busy_fraction",
+    description="fraction of a window covered by (possibly overlapping) busy intervals",
+    stub=busy_fraction_stub, solution=busy_fraction_solution, reference=busy_fraction,
+    cases=_busy_cases)
+
+
 # ------------------------------------------------------- 04.staleness_bound
 def staleness_bound_stub(arrival_lag, k):
     """Largest staleness a generation batch can have when the trainer draws it in recency mode.
@@ -114,17 +128,11 @@ def _bound_cases():
             ((np.array([5]), np.array([3])), {})]
 
 
-EXERCISES = [
-    Exercise(name="04.flatten_weights",
-             description="parameters to one flat vector, as SharedWeights publishes them",
-             stub=flatten_weights_stub, solution=flatten_weights_solution,
-             reference=_flatten_reference, cases=_flatten_cases, rtol=0.0, atol=0.0),
-    Exercise(name="04.busy_fraction",
-             description="fraction of a window covered by (possibly overlapping) busy intervals",
-             stub=busy_fraction_stub, solution=busy_fraction_solution, reference=busy_fraction,
-             cases=_busy_cases),
-    Exercise(name="04.staleness_bound",
-             description="largest staleness of a batch drawn in recency mode, given arrival lag and k",
-             stub=staleness_bound_stub, solution=staleness_bound_solution,
-             reference=fresh_staleness_max, cases=_bound_cases, rtol=0.0, atol=0.0),
-]
+STALENESS_BOUND = Exercise(
+    name="04.staleness_bound",
+    description="largest staleness of a batch drawn in recency mode, given arrival lag and k",
+    stub=staleness_bound_stub, solution=staleness_bound_solution, reference=fresh_staleness_max,
+    cases=_bound_cases, rtol=0.0, atol=0.0)
+
+
+EXERCISES = [FLATTEN_WEIGHTS, BUSY_FRACTION, STALENESS_BOUND]

@@ -10,8 +10,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tba_lab.plots import read_jsonl_rows
-from tba_lab.plots import moving_average  # noqa: F401  (re-exported for notebook 01)
+from tba_lab.runlog import moving_average, read_jsonl_rows  # noqa: F401  (moving_average: notebook 01)
 
 
 class BackgroundRun:

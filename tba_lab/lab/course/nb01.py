@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from tba_lab.course import Exercise
+from tba_lab.lab.course import Exercise
 from tba_lab.losses import group_advantages, grpo_loss, token_logprobs
 
 
@@ -38,6 +38,13 @@ def _token_logprobs_cases():
     ids = torch.randint(0, 9, (2, 4), generator=g)
     cases.append(((logits, ids), {"temperature": 0.6}))
     return cases
+
+
+TOKEN_LOGPROBS = Exercise(
+    name="01.token_logprobs",
+    description="temperature-scaled token log-probs, log softmax(logits / temperature)[target]",
+    stub=token_logprobs_stub, solution=token_logprobs_solution, reference=token_logprobs,
+    cases=_token_logprobs_cases, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -80,23 +87,31 @@ def _group_advantages_cases():
             ((zeros_ones, 4), {}), ((cont, 4), {"eps": 1e-2})]
 
 
+GROUP_ADVANTAGES = Exercise(
+    name="01.group_advantages",
+    description="group-relative advantages (r - mean) / (std + eps), all-equal group = 0",
+    stub=group_advantages_stub, solution=group_advantages_solution,
+    reference=_group_advantages_reference, cases=_group_advantages_cases)
+
+
 # ----------------------------------------------------------------------------------------------
 # 01.clipped_surrogate
 # ----------------------------------------------------------------------------------------------
 
-def clipped_surrogate_stub(logps, old_logps, advantages, mask, clip_eps=0.2):
+def clipped_surrogate_stub(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
     """GRPO's clipped policy loss (no KL term).
 
-    logps, old_logps (N, T) token log-probs of the current / behaviour policy, advantages (N,),
-    mask (N, T) bool -> 0-dim tensor: per token -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A),
-    averaged over each sequence's response tokens, then over the N sequences.
+    logps, behaviour_logps (N, T) token log-probs of the current / behaviour policy,
+    advantages (N,), mask (N, T) bool -> 0-dim tensor: per token
+    -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A), averaged over each sequence's response
+    tokens, then over the N sequences.
     """
     # YOUR CODE HERE
     raise NotImplementedError
 
 
-def clipped_surrogate_solution(logps, old_logps, advantages, mask, clip_eps=0.2):
-    ratio = torch.exp(logps - old_logps.detach())          # (N, T) pi_theta / pi_behaviour
+def clipped_surrogate_solution(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
+    ratio = torch.exp(logps - behaviour_logps.detach())    # (N, T) pi_theta / pi_behaviour
     adv = advantages.unsqueeze(1)                          # (N, 1): one advantage per sequence
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
@@ -106,8 +121,8 @@ def clipped_surrogate_solution(logps, old_logps, advantages, mask, clip_eps=0.2)
     return per_seq.mean()
 
 
-def _clipped_surrogate_reference(logps, old_logps, advantages, mask, clip_eps=0.2):
-    loss, _ = grpo_loss(logps, old_logps, None, advantages, mask, clip_eps=clip_eps, beta=0.0,
+def _clipped_surrogate_reference(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
+    loss, _ = grpo_loss(logps, behaviour_logps, None, advantages, mask, clip_eps=clip_eps, beta=0.0,
                         loss_type="grpo")
     return loss
 
@@ -129,17 +144,11 @@ def _clipped_surrogate_cases():
     return cases
 
 
-EXERCISES = [
-    Exercise(name="01.token_logprobs",
-             description="temperature-scaled token log-probs, log softmax(logits / T)[target]",
-             stub=token_logprobs_stub, solution=token_logprobs_solution, reference=token_logprobs,
-             cases=_token_logprobs_cases, rtol=1e-5, atol=1e-5),
-    Exercise(name="01.group_advantages",
-             description="group-relative advantages (r - mean) / (std + eps), all-equal group = 0",
-             stub=group_advantages_stub, solution=group_advantages_solution,
-             reference=_group_advantages_reference, cases=_group_advantages_cases),
-    Exercise(name="01.clipped_surrogate",
-             description="GRPO's PPO-clipped surrogate loss, sequence-mean then batch-mean",
-             stub=clipped_surrogate_stub, solution=clipped_surrogate_solution,
-             reference=_clipped_surrogate_reference, cases=_clipped_surrogate_cases),
-]
+CLIPPED_SURROGATE = Exercise(
+    name="01.clipped_surrogate",
+    description="GRPO's PPO-clipped surrogate loss, sequence-mean then batch-mean",
+    stub=clipped_surrogate_stub, solution=clipped_surrogate_solution,
+    reference=_clipped_surrogate_reference, cases=_clipped_surrogate_cases)
+
+
+EXERCISES = [TOKEN_LOGPROBS, GROUP_ADVANTAGES, CLIPPED_SURROGATE]

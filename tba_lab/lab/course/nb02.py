@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from tba_lab.course import Exercise
-from tba_lab.course.toy import target_distribution
+from tba_lab.lab.course import Exercise
+from tba_lab.lab.course.toy import target_distribution
 from tba_lab.losses import trajectory_balance_loss, vargrad_log_z
 
 
@@ -41,6 +41,13 @@ def _target_cases():
     return cases
 
 
+TARGET_DISTRIBUTION = Exercise(
+    name="02.target_distribution",
+    description="pi* = pi_ref * exp(r / beta) / Z (Eq. 2), stable for small beta",
+    stub=target_distribution_stub, solution=target_distribution_solution,
+    reference=target_distribution, cases=_target_cases, rtol=1e-5, atol=1e-6)
+
+
 # ----------------------------------------------------------------------------------------------
 # 02.vargrad_log_z
 # ----------------------------------------------------------------------------------------------
@@ -62,7 +69,7 @@ def vargrad_log_z_solution(logps, ref_logps, rewards, beta, group_size):
 
 def _detached_compare(got, want):
     """log Z_hat must carry no gradient (the sg[.] of Eq. 4), then match the reference."""
-    from tba_lab.course import _default_compare
+    from tba_lab.lab.course import _default_compare
 
     if isinstance(got, torch.Tensor) and got.requires_grad:
         return "the result carries a gradient: log Z_hat is detached (sg[.]): use .detach()"
@@ -79,6 +86,13 @@ def _tb_cases():
         r = (torch.rand(n, generator=g) < 0.4).float()
         cases.append(((logps, ref, r, beta, k), {}))
     return cases
+
+
+VARGRAD_LOG_Z = Exercise(
+    name="02.vargrad_log_z",
+    description="VarGrad log-partition per prompt (Eq. 4)",
+    stub=vargrad_log_z_stub, solution=vargrad_log_z_solution, reference=vargrad_log_z,
+    cases=_tb_cases, rtol=1e-5, atol=1e-4, compare=_detached_compare)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -108,17 +122,11 @@ def _tb_loss_reference(logps, ref_logps, rewards, beta, group_size):
     return loss
 
 
-EXERCISES = [
-    Exercise(name="02.target_distribution",
-             description="pi* = pi_ref * exp(r / beta) / Z (Eq. 2), stable for small beta",
-             stub=target_distribution_stub, solution=target_distribution_solution,
-             reference=target_distribution, cases=_target_cases, rtol=1e-5, atol=1e-6),
-    Exercise(name="02.vargrad_log_z",
-             description="VarGrad log-partition per prompt (Eq. 4)",
-             stub=vargrad_log_z_stub, solution=vargrad_log_z_solution, reference=vargrad_log_z,
-             cases=_tb_cases, rtol=1e-5, atol=1e-4, compare=_detached_compare),
-    Exercise(name="02.tb_loss",
-             description="trajectory balance loss with VarGrad log Z, batch mean (Eq. 3-5)",
-             stub=tb_loss_stub, solution=tb_loss_solution, reference=_tb_loss_reference,
-             cases=_tb_cases, rtol=1e-5, atol=1e-4),
-]
+TB_LOSS = Exercise(
+    name="02.tb_loss",
+    description="trajectory balance loss with VarGrad log Z, batch mean (Eq. 3-5)",
+    stub=tb_loss_stub, solution=tb_loss_solution, reference=_tb_loss_reference, cases=_tb_cases,
+    rtol=1e-5, atol=1e-4)
+
+
+EXERCISES = [TARGET_DISTRIBUTION, VARGRAD_LOG_Z, TB_LOSS]

@@ -18,7 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+from tba_lab.paths import REPO_DIR
+
+NOTEBOOK_DIR = REPO_DIR / "notebooks"
 
 
 def find_notebooks(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tba_lab.course import Exercise
+from tba_lab.lab.course import Exercise
 from tba_lab.losses import beta_schedule, rloo_advantages
-from tba_lab.widgets import moving_average
+from tba_lab.lab.widgets import moving_average
 
 
 # ---------------------------------------------------------------- 06.beta_schedule
@@ -35,6 +35,13 @@ def _beta_cases():
         ((10, 0.1, 0.05, 0), {}),          # anneal_steps 0: beta_final from the start
         ((3, 0.02, 0.2, 10), {}),          # increasing is allowed
     ]
+
+
+BETA_SCHEDULE = Exercise(
+    name="06.beta_schedule",
+    description="linear annealing of the KL coefficient beta, then constant",
+    stub=beta_schedule_stub, solution=beta_schedule_solution, reference=beta_schedule,
+    cases=_beta_cases)
 
 
 # ---------------------------------------------------------------- 06.rloo_advantages
@@ -78,6 +85,13 @@ def _rloo_cases():
     ]
 
 
+RLOO_ADVANTAGES = Exercise(
+    name="06.rloo_advantages",
+    description="leave-one-out advantages on r - beta * kl, all-equal groups -> 0",
+    stub=rloo_advantages_stub, solution=rloo_advantages_solution, reference=rloo_advantages,
+    cases=_rloo_cases)
+
+
 # ---------------------------------------------------------------- 06.moving_average
 def moving_average_stub(values, window):
     """Trailing moving average of a list of numbers (e.g. reward_mean of metrics.jsonl rows):
@@ -105,17 +119,11 @@ def _ma_cases():
     ]
 
 
-EXERCISES = [
-    Exercise(name="06.beta_schedule",
-             description="linear annealing of the KL coefficient beta, then constant",
-             stub=beta_schedule_stub, solution=beta_schedule_solution,
-             reference=beta_schedule, cases=_beta_cases),
-    Exercise(name="06.rloo_advantages",
-             description="leave-one-out advantages on r - beta * kl, all-equal groups -> 0",
-             stub=rloo_advantages_stub, solution=rloo_advantages_solution,
-             reference=rloo_advantages, cases=_rloo_cases),
-    Exercise(name="06.moving_average",
-             description="trailing moving average of a metric over the last `window` updates",
-             stub=moving_average_stub, solution=moving_average_solution,
-             reference=moving_average, cases=_ma_cases),
-]
+MOVING_AVERAGE = Exercise(
+    name="06.moving_average",
+    description="trailing moving average of a metric over the last `window` updates",
+    stub=moving_average_stub, solution=moving_average_solution, reference=moving_average,
+    cases=_ma_cases)
+
+
+EXERCISES = [BETA_SCHEDULE, RLOO_ADVANTAGES, MOVING_AVERAGE]

@@ -24,7 +24,7 @@ from collections import Counter
 import numpy as np
 
 from tba_lab.buffer import ReplayBuffer, Rollout, _softmax
-from tba_lab.course import Exercise
+from tba_lab.lab.course import Exercise
 
 
 # ------------------------------------------------------------------ helpers
@@ -34,7 +34,7 @@ def fake_rollout(prompt_id: int, response_ids, reward: float = 0.0, version: int
     resp = [int(t) for t in response_ids]
     return Rollout(prompt_id=int(prompt_id), prompt_ids=[100 + int(prompt_id)], response_ids=resp,
                    reward=float(reward), ref_token_logps=[-1.0] * len(resp),
-                   old_token_logps=[-1.0] * len(resp), version=int(version))
+                   behaviour_token_logps=[-1.0] * len(resp), version=int(version))
 
 
 def reward_probabilities(rewards, inv_temp: float) -> np.ndarray:
@@ -251,6 +251,13 @@ def _dedup_compare(got, want):
     return None
 
 
+DEDUP = Exercise(
+    name="03.dedup",
+    description="per-prompt storage: newest copy wins, capacity drops the oldest",
+    stub=dedup_stub, solution=dedup_solution, reference=dedup_reference, cases=_dedup_cases,
+    compare=_dedup_compare)
+
+
 # ------------------------------------------------------- 03.reward_weights
 def reward_weights_stub(rewards, inv_temp):
     """Probabilities softmax(inv_temp * rewards) of drawing each item of one prompt in reward
@@ -279,6 +286,13 @@ def _reward_weights_cases():
     ]
 
 
+REWARD_WEIGHTS = Exercise(
+    name="03.reward_weights",
+    description="reward-mode item probabilities softmax(inv_temp * reward), stable",
+    stub=reward_weights_stub, solution=reward_weights_solution, reference=reward_probabilities,
+    cases=_reward_weights_cases)
+
+
 # --------------------------------------------------------- 03.prompt_probs
 def prompt_probs_stub(num_prompts, refreshed, m):
     """Probability (array of shape (num_prompts,)) that one batch slot picks each prompt
@@ -305,17 +319,11 @@ def _prompt_probs_cases():
             ((6, [], 0.8), {}), ((4, [0, 1, 2, 3], 0.5), {}), ((300, list(range(0, 300, 7)), 0.3), {})]
 
 
-EXERCISES = [
-    Exercise(name="03.dedup",
-             description="per-prompt storage: newest copy wins, capacity drops the oldest",
-             stub=dedup_stub, solution=dedup_solution, reference=dedup_reference,
-             cases=_dedup_cases, compare=_dedup_compare),
-    Exercise(name="03.reward_weights",
-             description="reward-mode item probabilities softmax(inv_temp * reward), stable",
-             stub=reward_weights_stub, solution=reward_weights_solution,
-             reference=reward_probabilities, cases=_reward_weights_cases),
-    Exercise(name="03.prompt_probs",
-             description="probability that one slot picks each prompt, recency probability m",
-             stub=prompt_probs_stub, solution=prompt_probs_solution,
-             reference=prompt_probabilities, cases=_prompt_probs_cases),
-]
+PROMPT_PROBS = Exercise(
+    name="03.prompt_probs",
+    description="probability that one slot picks each prompt, recency probability m",
+    stub=prompt_probs_stub, solution=prompt_probs_solution, reference=prompt_probabilities,
+    cases=_prompt_probs_cases)
+
+
+EXERCISES = [DEDUP, REWARD_WEIGHTS, PROMPT_PROBS]

@@ -1,14 +1,14 @@
 """Exercises of notebook 05 (scaling): closed-form throughput of the sync and async pipelines.
 
-References live in :mod:`tba_lab.simulate` (the simulator refines both with events, a queue
+References live in :mod:`tba_lab.lab.simulate` (the simulator refines both with events, a queue
 and the replay buffer).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tba_lab.course import Exercise
-from tba_lab.simulate import async_throughput, sync_updates_per_minute
+from tba_lab.lab.course import Exercise
+from tba_lab.lab.simulate import async_throughput, sync_updates_per_minute
 
 
 # ---------------------------------------------------------------- 05.sync_throughput
@@ -39,6 +39,13 @@ def _sync_cases():
         ((1.0, 0.0, 1.0), {}),
         ((rng.uniform(0.1, 2, 6), rng.uniform(0, 0.5, 6), rng.uniform(0.05, 1, 6)), {}),
     ]
+
+
+SYNC_THROUGHPUT = Exercise(
+    name="05.sync_throughput",
+    description="updates per minute of strict alternation: 60 / (gen + score + update)",
+    stub=sync_throughput_stub, solution=sync_throughput_solution,
+    reference=sync_updates_per_minute, cases=_sync_cases)
 
 
 # ---------------------------------------------------------------- 05.async_throughput
@@ -77,15 +84,11 @@ def _async_cases():
     ]
 
 
-EXERCISES = [
-    Exercise(
-        name="05.sync_throughput",
-        description="updates per minute of strict alternation: 60 / (gen + score + update)",
-        stub=sync_throughput_stub, solution=sync_throughput_solution,
-        reference=sync_updates_per_minute, cases=_sync_cases),
-    Exercise(
-        name="05.async_throughput",
-        description="async updates and batches per minute with n searchers on c cores",
-        stub=async_throughput_stub, solution=async_throughput_solution,
-        reference=async_throughput, cases=_async_cases),
-]
+ASYNC_THROUGHPUT = Exercise(
+    name="05.async_throughput",
+    description="async updates and batches per minute with n searchers on c cores",
+    stub=async_throughput_stub, solution=async_throughput_solution, reference=async_throughput,
+    cases=_async_cases)
+
+
+EXERCISES = [SYNC_THROUGHPUT, ASYNC_THROUGHPUT]

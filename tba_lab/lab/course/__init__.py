@@ -7,7 +7,7 @@ prints PASS or FAIL with the first mismatch, and returns True or False (it never
 the notebook runs on).
 
 Where things live:
-    tba_lab/course/nbXX.py     exercises of notebook XX: the empty stub, a worked solution
+    tba_lab/lab/course/nbXX.py     exercises of notebook XX: the empty stub, a worked solution
                                written the way a student would, the reference and the inputs
     check(name, fn)            the checker a notebook cell calls
     solution(name)             the worked solution (notebooks use it when USE_SOLUTIONS is set,
@@ -57,9 +57,9 @@ def _load() -> dict[str, Exercise]:
     found: dict[str, Exercise] = {}
     for mod in _MODULES:
         try:
-            m = importlib.import_module(f"tba_lab.course.{mod}")
+            m = importlib.import_module(f"tba_lab.lab.course.{mod}")
         except ModuleNotFoundError as e:
-            if e.name == f"tba_lab.course.{mod}":
+            if e.name == f"tba_lab.lab.course.{mod}":
                 continue  # that notebook has no exercises module (yet)
             raise
         for ex in getattr(m, "EXERCISES", []):
@@ -148,7 +148,7 @@ def check(name: str, fn: Callable, verbose: bool = True) -> bool:
                _default_compare(got, want, ex.rtol, ex.atol))
         if msg:
             say(f"FAIL {name}: case {i}: {msg}\n  inputs: {_describe(args, kwargs)}\n"
-                f"  (to get them: from tba_lab.course import EXERCISES; "
+                f"  (to get them: from tba_lab.lab.course import EXERCISES; "
                 f"args, kwargs = EXERCISES[{name!r}].cases()[{i}][:2])")
             return False
     say(f"PASS {name}: {ex.description}")

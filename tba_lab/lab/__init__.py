@@ -1,0 +1,16 @@
+"""The lab: the course and the analysis tools, built on the library core.
+
+The core (``config``, ``registry``, ``paths``, ``losses``, ``algorithms``, ``buffer``,
+``rollout``, ``actors``, ``tasks``, ``trainer``, ``runlog``, ``eval``, ``models``) never imports
+from here; only the command line does
+(``tba-lab reproduce``).
+
+* :mod:`tba_lab.lab.course` -- the exercises of notebooks 01-06 (stubs, worked solutions,
+  the checker) and the exact-pi* toy of notebook 02.
+* :mod:`tba_lab.lab.timeline` -- who was busy when, from a run's logs (notebook 04).
+* :mod:`tba_lab.lab.simulate` -- an event simulator of the searcher / trainer timeline
+  (notebook 05).
+* :mod:`tba_lab.lab.widgets` -- the ipywidgets explorer (notebook 06).
+* :mod:`tba_lab.lab.live` -- a training run in a background thread with live redraws.
+* :mod:`tba_lab.lab.reproduce` -- every notebook run headless with papermill (``tba-lab reproduce``).
+"""

@@ -1,0 +1,271 @@
+"""The run log: everything a training run writes besides the model, apart from the algorithm.
+
+:class:`RunLog` owns the output files, the counters and the summary of one ``train()`` call, so
+the training loop itself stays a screen long (CleanRL's separation of logging from the
+algorithm). Files in ``cfg.output_dir``:
+
+* ``config.yaml``: the exact configuration (reloads with ``tba_lab.config.load_yaml``);
+* ``metrics.jsonl``: one object per trainer update (``step``, ``wall_seconds`` since training
+  began, ``loss``, ``reward_mean`` of the batch, ``searcher_reward_mean`` of the newest
+  rollouts, ``staleness_mean``/``staleness_max`` in updates, ``buffer_size``,
+  ``samples_generated``, ``grad_norm``, ``lr``, ``wait_seconds`` (waiting for data before the
+  update), ``update_seconds``, the newest searcher batch's ``gen_seconds``/``score_seconds``,
+  and the loss's own terms such as ``beta``, ``log_z``, ``kl``, ``clip_fraction``);
+* ``searchers.jsonl``: one object per generation batch received (``searcher_id``, ``version``,
+  ``t_start``/``t_end``/``received`` in seconds since training began, ``trainer_step``,
+  ``gen_seconds``, ``score_seconds``, ``rollouts``);
+* ``eval.jsonl``: held-out metrics over time (``step``, ``wall_seconds``, ``n``, and the task's
+  metrics, e.g. ``accuracy``);
+* ``summary.json`` and ``curves.png`` at the end (also after Ctrl-C).
+
+Also here: :func:`read_jsonl_rows` (the reader of these files, tolerant of a line being
+written) and :func:`moving_average`, which the plots and the course's analysis tools share.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tba_lab.buffer import ReplayBuffer
+
+
+def read_jsonl_rows(path: str | Path) -> list[dict]:
+    """Rows of a JSONL file, or ``[]`` when it does not exist (a run that stopped early).
+
+    A run still in progress may be writing its last line: an undecodable LAST line is left out.
+    An undecodable line anywhere else raises ``json.JSONDecodeError`` (a corrupt file).
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+    return rows
+
+
+def moving_average(values, window: int):
+    """Trailing moving average: ``out[i] = mean(values[max(0, i - window + 1) : i + 1])``.
+
+    The first ``window - 1`` points average over what exists so far (no padding), so the output
+    has the input's length.
+
+    Args:
+        values: 1-D sequence of numbers.
+        window: number of points averaged, >= 1.
+
+    Returns:
+        float64 numpy array of ``len(values)``.
+
+    Raises:
+        ValueError: window < 1.
+    """
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    if window < 1:
+        raise ValueError(f"window={window}: must be >= 1")
+    if x.size == 0:
+        return x
+    c = np.concatenate([[0.0], np.cumsum(x)])
+    idx = np.arange(1, x.size + 1)
+    lo = np.maximum(0, idx - window)
+    return (c[idx] - c[lo]) / (idx - lo)
+
+
+def eval_metric(row: dict) -> str:
+    """The held-out metric an ``eval.jsonl`` row is drawn by: ``accuracy`` when the task
+    reports it, else its first metric."""
+    keys = [k for k in row if k not in ("step", "wall_seconds", "n")]
+    return "accuracy" if "accuracy" in keys else keys[0]
+
+
+class RunLog:
+    """Output files, counters and the summary of one training run.
+
+    Args:
+        cfg: the run's :class:`~tba_lab.config.RunConfig` (``output_dir``, ``log_every``, ...).
+        progress: show a tqdm bar of trainer updates.
+    """
+
+    def __init__(self, cfg, progress: bool = True):
+        from tba_lab.config import write_yaml
+
+        self.cfg = cfg
+        self.out = Path(cfg.output_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_yaml(cfg, self.out / "config.yaml")
+        self.progress = progress
+        self.metrics_f = open(self.out / "metrics.jsonl", "w")
+        self.searchers_f = open(self.out / "searchers.jsonl", "w")
+        self.eval_f = open(self.out / "eval.jsonl", "w")
+        self.summary: dict = {"algo": cfg.algo, "task": cfg.task.name, "mode": cfg.async_.mode,
+                              "seed": cfg.seed, "accuracy_before": None, "accuracy_after": None,
+                              "trainer_steps": 0, "samples_generated": 0, "staleness_mean": None,
+                              "staleness_max": None, "wall_seconds": 0.0, "interrupted": False}
+        self.samples, self.stale_sum, self.stale_n, self.stale_max = 0, 0, 0, 0
+        self.searcher_reward = None   # mean reward of the newest generated rollouts
+        self.searcher_timing: dict = {}  # gen/score seconds of the newest searcher batch
+        self.t_start = time.time()
+        self.t_free = self.t_start    # when the trainer last finished an update (wait_seconds)
+        self.next_eval = float("inf")
+        self.bar = None
+
+    # -------------------------------------------------------------------- clock
+    def start_clock(self) -> float:
+        """The training budget starts now; returns that time (``time.time()`` seconds)."""
+        from tqdm.auto import tqdm
+
+        self.t_start = self.t_free = time.time()
+        every = self.cfg.task.eval_every_seconds
+        self.next_eval = self.t_start + every if every else float("inf")
+        self.bar = tqdm(total=self.cfg.training.max_steps or None, disable=not self.progress,
+                        unit="step", desc=f"{self.cfg.algo}/{self.cfg.async_.mode}")
+        return self.t_start
+
+    def elapsed(self) -> float:
+        """Seconds since training began."""
+        return time.time() - self.t_start
+
+    def stop_clock(self) -> None:
+        """The training budget ends now (before the searchers stop and the final evaluation)."""
+        self.summary["wall_seconds"] = round(self.elapsed(), 1)
+
+    # ----------------------------------------------------------------- messages
+    def received(self, batch, step: int) -> None:
+        """A :class:`~tba_lab.rollout.RolloutBatch` arrived while the trainer was at ``step``."""
+        self.samples += len(batch.rollouts)
+        rewards = batch.rewards
+        if rewards:  # what the searchers' current policy earns (on-policy reward)
+            self.searcher_reward = sum(rewards) / len(rewards)
+        self.searcher_timing = {"gen_seconds": batch.gen_seconds,
+                                "score_seconds": batch.score_seconds}
+        self.searchers_f.write(json.dumps({
+            "searcher_id": batch.searcher_id, "version": batch.version,
+            "t_start": round(batch.t_start - self.t_start, 4),
+            "t_end": round(batch.t_end - self.t_start, 4),
+            "received": round(self.elapsed(), 4), "trainer_step": step,
+            "gen_seconds": batch.gen_seconds, "score_seconds": batch.score_seconds,
+            "rollouts": len(batch.rollouts)}) + "\n")
+
+    # ------------------------------------------------------------------ updates
+    def update(self, step: int, batch: list, loss: float, info: dict, grad_norm: float, lr: float,
+               t_ready: float, buffer_size: int) -> None:
+        """Trainer update ``step`` (counted after it) finished; ``batch`` is what it trained on,
+        ``t_ready`` when its data was ready (``time.time()``)."""
+        now = time.time()
+        staleness = ReplayBuffer.staleness(batch, step - 1)  # updates before this one - version
+        self.stale_sum += sum(staleness)
+        self.stale_n += len(staleness)
+        self.stale_max = max(self.stale_max, max(staleness))
+        reward_mean = sum(r.reward for r in batch) / len(batch)
+        row = {"step": step, "wall_seconds": round(now - self.t_start, 3), "loss": loss,
+               "reward_mean": reward_mean, "staleness_mean": sum(staleness) / len(staleness),
+               "staleness_max": max(staleness), "searcher_reward_mean": self.searcher_reward,
+               "buffer_size": buffer_size, "samples_generated": self.samples,
+               "grad_norm": grad_norm, "lr": lr, "wait_seconds": round(t_ready - self.t_free, 4),
+               "update_seconds": round(now - t_ready, 4), **self.searcher_timing, **info}
+        self.t_free = now
+        if step % self.cfg.log_every == 0:
+            self.metrics_f.write(json.dumps(row) + "\n")
+            self.metrics_f.flush()
+        self.bar.update(1)
+        self.bar.set_postfix(reward=f"{reward_mean:.2f}", stale=f"{row['staleness_mean']:.1f}",
+                             buf=buffer_size, refresh=False)
+
+    # --------------------------------------------------------------- evaluation
+    def eval_due(self) -> bool:
+        """Time for an interim held-out evaluation (every ``task.eval_every_seconds``)."""
+        return time.time() >= self.next_eval
+
+    def evaluation(self, step: int, metrics: dict, n: int, when: str) -> None:
+        """Record held-out ``metrics`` on ``n`` problems; ``when`` is "before", "interim" or
+        "after" (the first and last also go to the summary as ``<metric>_before/_after``)."""
+        wall = {"before": 0.0, "after": self.summary["wall_seconds"]}.get(when, round(self.elapsed(), 1))
+        self.eval_f.write(json.dumps({"step": step, "wall_seconds": wall, **metrics, "n": n}) + "\n")
+        self.eval_f.flush()
+        if when in ("before", "after"):
+            self.summary.update({f"{k}_{when}": v for k, v in metrics.items()})
+        if when == "interim":
+            shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+            self.bar.write(f"step {step}: held-out {shown} ({n} problems)")
+        if when != "before":
+            self.next_eval = time.time() + (self.cfg.task.eval_every_seconds or float("inf"))
+            self.t_free = time.time()  # evaluation is not waiting for data
+
+    # -------------------------------------------------------------------- close
+    def close(self, step: int, extra: dict | None = None) -> dict:
+        """Close the files, write ``summary.json`` and ``curves.png``; returns the summary."""
+        if self.bar is not None:
+            self.bar.close()
+        if not self.summary["wall_seconds"]:
+            self.summary["wall_seconds"] = round(self.elapsed(), 1)
+        wall = self.summary["wall_seconds"]
+        self.summary.update(trainer_steps=step, samples_generated=self.samples,
+                            staleness_mean=(self.stale_sum / self.stale_n) if self.stale_n else None,
+                            staleness_max=self.stale_max if self.stale_n else None,
+                            updates_per_minute=round(60 * step / max(wall, 1e-9), 2), **(extra or {}))
+        for f in (self.metrics_f, self.searchers_f, self.eval_f):
+            f.close()
+        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
+        try:
+            plot_curves(self.out)
+        except Exception as e:  # a plot must never lose a run
+            print(f"warning: could not draw curves.png: {e}")
+        return self.summary
+
+
+def plot_curves(run_dir: str | Path, path: str | Path | None = None):
+    """Draw ``curves.png``: the held-out metric and the mean batch reward against wall-clock
+    seconds of training, from ``eval.jsonl`` and ``metrics.jsonl`` in ``run_dir``.
+
+    Returns:
+        the matplotlib Figure (also saved to ``path``, default ``run_dir/curves.png``).
+    """
+    import matplotlib
+
+    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    run_dir = Path(run_dir)
+    evals = read_jsonl_rows(run_dir / "eval.jsonl")
+    metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    key = eval_metric(evals[0]) if evals else "accuracy"
+    scale, unit = (100, " (%)") if key == "accuracy" else (1, "")
+    if evals:
+        full = max(e["n"] for e in evals)  # before/after use the full set, interim a subset
+        interim = [e for e in evals if e["n"] != full]
+        if interim:
+            ax1.plot([e["wall_seconds"] for e in interim], [scale * e[key] for e in interim],
+                     "o-", color="C1", label="interim subset")
+        ends = [e for e in evals if e["n"] == full]
+        ax1.plot([e["wall_seconds"] for e in ends], [scale * e[key] for e in ends],
+                 "s", color="C0", label=f"{full} problems")
+        ax1.legend(loc="lower right")
+    ax1.set(xlabel="training wall-clock (s)", ylabel=f"held-out greedy {key}{unit}",
+            title=f"Held-out {key}")
+    if metrics:
+        x = [m["wall_seconds"] for m in metrics]
+        w = max(1, len(x) // 30)  # moving average over ~1/30 of the run
+        for col, label in (("reward_mean", "trainer batch"), ("searcher_reward_mean", "newest rollouts")):
+            pts = [(a, m.get(col)) for a, m in zip(x, metrics) if m.get(col) is not None]
+            if not pts:
+                continue
+            xs, ys = zip(*pts)
+            ax2.plot(xs, moving_average(ys, w), label=f"{label} (moving average of {w})")
+        ax2.legend(loc="lower right")
+    ax2.set(xlabel="training wall-clock (s)", ylabel="mean reward", title="Training reward")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path or run_dir / "curves.png", dpi=110)
+    plt.close(fig)
+    return fig
