@@ -89,7 +89,8 @@ def section_classes() -> dict[str, type]:
     """``{YAML key: dataclass}`` of every registered class that has options (imports them).
 
     Raises:
-        ValueError: two classes claim one section with different dataclasses.
+        ConfigError: two classes claim one section with different dataclasses, or a section is
+            named like a core field (``model``, ``task``, ``seed``, ...).
     """
     out: dict[str, type] = {}
     for registry in _REGISTRIES:
@@ -98,9 +99,12 @@ def section_classes() -> dict[str, type]:
             if config_class is None:
                 continue
             key = getattr(cls, "section", None) or cls.name
+            if key in _RESERVED:
+                raise ConfigError(f"{cls.__name__}'s options section {key!r} is a core config "
+                                  f"key; set its `section` to another name")
             if out.get(key, config_class) is not config_class:
-                raise ValueError(f"section {key!r} is claimed by {out[key].__name__} and "
-                                 f"{config_class.__name__}; give {cls.__name__} its own section")
+                raise ConfigError(f"section {key!r} is claimed by {out[key].__name__} and "
+                                  f"{config_class.__name__}; give {cls.__name__} its own section")
             out[key] = config_class
     return out
 
@@ -120,6 +124,16 @@ class RunConfig:
     buffer: BufferConfig = field(default_factory=BufferConfig)
     async_: AsyncConfig = field(default_factory=AsyncConfig)
     sections: dict = field(default_factory=lambda: {k: c() for k, c in section_classes().items()})
+
+    def __post_init__(self):
+        self.sections = dict(self.sections)  # a copy (dataclasses.replace would share it)
+
+    def __setattr__(self, name: str, value) -> None:
+        """``cfg.tb = TBConfig(...)`` replaces the section in ``sections``."""
+        if name not in _FIELDS and "sections" in self.__dict__ and name in section_classes():
+            self.sections[name] = value
+        else:
+            object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str):
         """``cfg.tb`` -> ``cfg.sections["tb"]`` (a section registered after this config was built
@@ -148,14 +162,22 @@ class RunConfig:
 
 _CORE_SECTIONS = {"model": ModelConfig, "task": TaskConfig, "training": TrainingConfig,
                   "buffer": BufferConfig, "async_": AsyncConfig}
+_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
+_RESERVED = _FIELDS | {"async"}
 
 
-def _typed(value, default, name: str):
+def _typed(value, default, name: str, hint: str = ""):
     """``value`` checked against the type of the field's ``default``; :class:`ConfigError` if wrong.
 
     An int is accepted for a float, ``None`` only where the default is ``None``, and a string
     that parses as a number for a float: PyYAML reads ``5e-5`` (no dot) as the string "5e-5".
+    A field whose default is ``None`` takes what its annotation ``hint`` names besides None
+    (``str | None`` a string, ``float | None`` a number).
     """
+    if default is None and "str" in hint:
+        if value is None or isinstance(value, str):
+            return value
+        raise ConfigError(f"{name}={value!r}: must be a string or null")
     if isinstance(value, str) and (isinstance(default, float) or default is None):
         try:
             value = float(value)
@@ -188,7 +210,7 @@ def _fill(cls, data, where: str):
     for key, value in data.items():
         if key not in fields:
             raise ConfigError(f"unknown config key {where + key!r}; known keys: {sorted(fields)}")
-        kwargs[key] = _typed(value, fields[key].default, where + key)
+        kwargs[key] = _typed(value, fields[key].default, where + key, str(fields[key].type))
     return cls(**kwargs)
 
 

@@ -9,8 +9,9 @@ torch; those modules import optional extras (vLLM, Ray) only inside functions.
 
 Adding an extension (worked examples in ``docs/design.md`` sec. 5):
 
-* in the package: the class, decorated, in an existing module of its table (one file), or in a
-  new module whose name you add to the table's list below (two files);
+* in the package: the class, decorated, in a module its table already lists (a loss: its unit
+  in ``losses.py`` and its class in ``algorithms.py``), or in a new module whose name you add
+  to the table's list below: two files at most;
 * outside the package (a test file, your own project): decorate the class and import its module
   before building the config, then train from Python (``tba_lab.trainer.train(cfg)``): the
   command line knows only the modules listed here. Spawned searchers receive the classes and
@@ -40,10 +41,16 @@ class Registry:
         self._entries: dict[str, type] = {}
 
     def _load(self) -> None:
-        if not self._loaded:
-            self._loaded = True  # first, so a module that asks for names while loading cannot recurse
+        """Import the built-in modules once (their decorators fill the table)."""
+        if self._loaded:
+            return
+        self._loaded = True  # first, so a module that registers while loading does not recurse
+        try:
             for module in self._modules:
                 importlib.import_module(module)
+        except BaseException:
+            self._loaded = False
+            raise
 
     def register(self, cls: type | None = None, *, name: str | None = None, replace: bool = False):
         """Add ``cls`` under ``name`` (default ``cls.name``); usable as a class decorator.
@@ -52,6 +59,8 @@ class Registry:
             ValueError: the name is taken by another class (pass ``replace=True`` to override),
                 or neither ``name`` nor ``cls.name`` is given.
         """
+        self._load()  # built-ins first, so a user's replace=True overrides them, not vice versa
+
         def add(c: type) -> type:
             key = name or getattr(c, "name", None)
             if not key:

@@ -138,21 +138,23 @@ class RunLog:
         self.summary["wall_seconds"] = round(self.elapsed(), 1)
 
     # ----------------------------------------------------------------- messages
-    def received(self, batch, step: int) -> None:
-        """A :class:`~tba_lab.rollout.RolloutBatch` arrived while the trainer was at ``step``."""
-        self.samples += len(batch.rollouts)
-        rewards = batch.rewards
+    def received(self, batches: list, step: int) -> None:
+        """:class:`~tba_lab.rollout.RolloutBatch` messages drained together while the trainer
+        was at ``step``; ``searcher_reward_mean`` becomes their mean reward."""
+        rewards = [r for batch in batches for r in batch.rewards]
         if rewards:  # what the searchers' current policy earns (on-policy reward)
             self.searcher_reward = sum(rewards) / len(rewards)
-        self.searcher_timing = {"gen_seconds": batch.gen_seconds,
-                                "score_seconds": batch.score_seconds}
-        self.searchers_f.write(json.dumps({
-            "searcher_id": batch.searcher_id, "version": batch.version,
-            "t_start": round(batch.t_start - self.t_start, 4),
-            "t_end": round(batch.t_end - self.t_start, 4),
-            "received": round(self.elapsed(), 4), "trainer_step": step,
-            "gen_seconds": batch.gen_seconds, "score_seconds": batch.score_seconds,
-            "rollouts": len(batch.rollouts)}) + "\n")
+        for batch in batches:
+            self.samples += len(batch.rollouts)
+            self.searcher_timing = {"gen_seconds": batch.gen_seconds,
+                                    "score_seconds": batch.score_seconds}
+            self.searchers_f.write(json.dumps({
+                "searcher_id": batch.searcher_id, "version": batch.version,
+                "t_start": round(batch.t_start - self.t_start, 4),
+                "t_end": round(batch.t_end - self.t_start, 4),
+                "received": round(self.elapsed(), 4), "trainer_step": step,
+                "gen_seconds": batch.gen_seconds, "score_seconds": batch.score_seconds,
+                "rollouts": len(batch.rollouts)}) + "\n")
 
     # ------------------------------------------------------------------ updates
     def update(self, step: int, batch: list, loss: float, info: dict, grad_norm: float, lr: float,
@@ -184,14 +186,16 @@ class RunLog:
         """Time for an interim held-out evaluation (every ``task.eval_every_seconds``)."""
         return time.time() >= self.next_eval
 
-    def evaluation(self, step: int, metrics: dict, n: int, when: str) -> None:
-        """Record held-out ``metrics`` on ``n`` problems; ``when`` is "before", "interim" or
-        "after" (the first and last also go to the summary as ``<metric>_before/_after``)."""
+    def evaluation(self, step: int, metrics: dict, n: int, when: str, seconds: float) -> None:
+        """Record held-out ``metrics`` on ``n`` problems, which took ``seconds``; ``when`` is
+        "before", "interim" or "after" (the first and last also go to the summary as
+        ``<metric>_before/_after`` and ``eval_seconds_before/_after``)."""
         wall = {"before": 0.0, "after": self.summary["wall_seconds"]}.get(when, round(self.elapsed(), 1))
         self.eval_f.write(json.dumps({"step": step, "wall_seconds": wall, **metrics, "n": n}) + "\n")
         self.eval_f.flush()
         if when in ("before", "after"):
             self.summary.update({f"{k}_{when}": v for k, v in metrics.items()})
+            self.summary[f"eval_seconds_{when}"] = round(seconds, 1)
         if when == "interim":
             shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
             self.bar.write(f"step {step}: held-out {shown} ({n} problems)")

@@ -85,10 +85,12 @@ class Feed:
     def next_batch(self, step: int) -> list[Rollout] | None:
         """The prompt-major B*K batch for update ``step``, or None while there is none yet."""
         waiting = self.sync or len(self.buffer) < self.cfg.buffer.initial_fill
-        for msg in self.launcher.poll(timeout=0.05 if waiting else 0.0):
+        messages = self.launcher.poll(timeout=0.05 if waiting else 0.0)
+        for msg in messages:
             if isinstance(msg, SearcherFailed):
                 raise RuntimeError(f"searcher {msg.searcher_id} failed:\n{msg.traceback}")
-            self.log.received(msg, step)
+        self.log.received(messages, step)
+        for msg in messages:
             self.buffer.add(msg.rollouts)
             if self.sync and msg.version == step:
                 self.fresh = msg.rollouts
@@ -159,11 +161,12 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
         feed = Feed(cfg, launcher, buffer, log)
 
         def held_out_metrics(step: int, n: int, when: str) -> None:
+            t0 = time.time()
             policy.eval()
             eval_backend.load_weights(policy.named_parameters())  # a no-op when it wraps the policy
-            log.evaluation(step, evaluate(task, eval_backend, held_out[:n], cfg.model.max_new_tokens),
-                           min(n, len(held_out)), when)
+            metrics = evaluate(task, eval_backend, held_out[:n], cfg.model.max_new_tokens)
             policy.train()
+            log.evaluation(step, metrics, min(n, len(held_out)), when, time.time() - t0)
 
         step = 0
         try:
@@ -201,8 +204,10 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
             raise
         finally:
             launcher.stop()  # idempotent; no searcher survives the trainer
-            _save_policy_and_buffer(log.out, policy, tokenizer, buffer)
-            log.close(step, algorithm.summary())
+            try:
+                _save_policy_and_buffer(log.out, policy, tokenizer, buffer)
+            finally:  # the logs and summary are written even if saving the model fails
+                log.close(step, algorithm.summary())
     return log.summary
 
 

@@ -1,7 +1,7 @@
 """The baselines beside TB: Dr. GRPO, RLOO, online DPO, and TB with a learned log Z.
 
 Hand-computed values and slow-but-obvious references on tiny float64 tensors, plus one batch
-through ``trainer.compute_loss`` for every ``--algo`` on a small real model.
+through ``algorithms.compute_loss`` for every ``--algo`` on a small real model.
 """
 import math
 

@@ -194,3 +194,65 @@ def test_evaluation_uses_the_configured_response_length(tmp_path):
     problems = task.load("test")[:8]
     assert evaluate(task, backend, problems, max_new_tokens=64) == {"accuracy": 1.0}
     assert evaluate(task, backend, problems, max_new_tokens=48) == {"accuracy": 0.0}
+
+
+# ------------------------------------------------------------------- registry mechanics
+def test_registry_loads_builtins_before_a_replacement(tmp_path, monkeypatch):
+    """A user class registered with replace=True before the table was ever used replaces the
+    built-in (the built-ins are imported first), and the built-ins stay listed first."""
+    import sys
+    import types
+
+    from tba_lab.registry import Registry
+
+    holder = types.ModuleType("reg_holder")
+    monkeypatch.setitem(sys.modules, "reg_holder", holder)
+    (tmp_path / "reg_builtins.py").write_text(
+        "import reg_holder\n\n@reg_holder.REG.register\nclass A:\n    name = 'a'\n\n"
+        "@reg_holder.REG.register\nclass B:\n    name = 'b'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    holder.REG = Registry("thing", "thing.name", ("reg_builtins",))
+
+    class Mine:
+        name = "a"
+
+    holder.REG.register(Mine, replace=True)
+    assert holder.REG.get("a") is Mine and holder.REG.names() == ("a", "b")
+
+    class Other:
+        name = "b"
+
+    with pytest.raises(ValueError, match="'b' is taken"):
+        holder.REG.register(Other)
+    with pytest.raises(KeyError, match="thing.name='c'.*\\['a', 'b'\\]"):
+        holder.REG.get("c")
+
+
+def test_section_assignment_and_reserved_names(tmp_path):
+    from tba_lab.algorithms import TBConfig
+
+    cfg = _config(tmp_path)
+    cfg.tb = TBConfig(beta=0.5)  # lands in cfg.sections, so config.yaml and validation see it
+    assert cfg.sections["tb"].beta == 0.5 and cfg.to_dict()["tb"]["beta"] == 0.5
+
+    @TASKS.register
+    class BadTask(ArithmeticTask):
+        name, section, config_class = "bad_section_test", "task", ToyCharsConfig
+
+    try:
+        with pytest.raises(ConfigError, match="'task' is a core config key"):
+            _config(tmp_path)
+    finally:
+        TASKS._entries.pop("bad_section_test")
+
+
+def test_searchers_receive_only_their_own_options(tmp_path):
+    """A searcher builds the task and the backend, so only their options travel to it: an
+    algorithm's options (possibly defined where a child cannot import them) stay behind."""
+    from tba_lab.actors.searcher import SearcherSpec
+
+    cfg = _config(tmp_path, algo="toy_reinforce", task={"name": "toy_chars"},
+                  toy_chars={"scale": 0.5})
+    spec = SearcherSpec.from_config(cfg, use_reference=False)
+    assert set(spec.cfg.sections) == {"toy_chars"} and spec.cfg.toy_chars.scale == 0.5
+    assert spec.task_cls is ToyCharsTask and "tb" in cfg.sections  # the run's own config intact

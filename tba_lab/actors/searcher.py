@@ -34,7 +34,9 @@ class SearcherSpec:
     """What a searcher process builds, picklable: the typed config and the classes to build.
 
     Classes travel by reference (their module is imported in the child), so a task or backend
-    registered outside the package works in spawned searchers too.
+    registered outside the package works in spawned searchers too. The config keeps only the
+    options sections of that task and backend: another registered class's options (say, an
+    algorithm defined in a notebook cell) never has to be unpickled in a searcher.
     """
     cfg: object                 # the run's RunConfig
     task_cls: type              # tba_lab.registry.TASKS entry of cfg.task.name
@@ -43,9 +45,16 @@ class SearcherSpec:
 
     @classmethod
     def from_config(cls, cfg, use_reference: bool) -> "SearcherSpec":
+        import dataclasses
+
         from tba_lab.registry import BACKENDS, TASKS
 
-        return cls(cfg, TASKS.get(cfg.task.name), BACKENDS.get(cfg.model.backend), use_reference)
+        task_cls, backend_cls = TASKS.get(cfg.task.name), BACKENDS.get(cfg.model.backend)
+        keep = {getattr(c, "section", None) or c.name for c in (task_cls, backend_cls)
+                if getattr(c, "config_class", None) is not None}
+        searcher_cfg = dataclasses.replace(
+            cfg, sections={k: v for k, v in cfg.sections.items() if k in keep})
+        return cls(searcher_cfg, task_cls, backend_cls, use_reference)
 
 
 def _prompt_stream(problems: list, seed: int):
@@ -106,7 +115,11 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
     reference = load_policy(cfg.model.path)[0].eval() if spec.use_reference else None
     backend = spec.backend_cls.build(cfg, policy, tokenizer)
     task = spec.task_cls(cfg)
-    stream = _prompt_stream(task.load("train"), seed)
+    problems = task.load("train")
+    if not problems:
+        raise ValueError(f"task {task.name!r} has no train problems (task.train_path="
+                         f"{cfg.task.train_path!r}); searchers need prompts")
+    stream = _prompt_stream(problems, seed)
     parent = multiprocessing.parent_process()
     B, K = cfg.training.num_prompts_per_step, cfg.training.num_generations
     version, last_generated = -1, -1

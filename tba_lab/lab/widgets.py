@@ -29,7 +29,7 @@ from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows  # noqa:
 
 
 # ----------------------------------------------------------------------------------------------
-# Reading metrics (moving_average, from tba_lab.plots, is the reference of exercise 06)
+# Reading metrics (moving_average, from tba_lab.runlog, is the reference of exercise 06)
 # ----------------------------------------------------------------------------------------------
 
 
