@@ -153,8 +153,12 @@ def compute_loss(algorithm: Algorithm, model, rollouts: list, pad_id: int, step:
     """Loss of one prompt-major batch of B*K rollouts under the current ``model``.
 
     Returns:
-        (loss, info): a 0-dim tensor with grad, and a dict of finite floats for logging,
-        including ``beta`` (the value in force at ``step``).
+        (loss, info): a 0-dim float32 tensor with grad, and a dict of finite floats for
+        logging, including ``beta`` (the value in force at ``step``).
+
+    Raises:
+        ValueError: the loss reads reference log-probs the rollouts do not carry, or a bad
+            batch layout (see :meth:`PolicyBatch.from_rollouts` and the loss units).
     """
     cfg = algorithm.cfg
     batch = PolicyBatch.from_rollouts(model, rollouts, pad_id, cfg.model.temperature,
@@ -166,7 +170,7 @@ def compute_loss(algorithm: Algorithm, model, rollouts: list, pad_id: int, step:
 
 
 def make_algorithm(cfg) -> Algorithm:
-    """The algorithm ``cfg.algo`` names, built for ``cfg``."""
+    """The algorithm ``cfg.algo`` names, built for ``cfg``. Raises KeyError for an unknown name."""
     return ALGORITHMS.get(cfg.algo)(cfg)
 
 

@@ -41,13 +41,20 @@ def _train(args) -> int:
         print(f"\ninterrupted: policy, buffer, metrics and summary so far saved in {cfg.output_dir}",
               file=sys.stderr)
         return 130
-    metrics = [k[:-len("_before")] for k in s if k.endswith("_before") and s[k] is not None]
-    shown = ", ".join(f"{m} {_fmt(m, s[m + '_before'])} -> {_fmt(m, s[m + '_after'])}" for m in metrics)
-    print(f"{s['algo']}/{s['mode']} on {s['task']}: held-out {shown} in {s['trainer_steps']} "
-          f"updates, {s['wall_seconds']:.0f} s "
-          f"({s['samples_generated']} samples, staleness mean {s['staleness_mean'] or 0:.2f} max "
-          f"{s['staleness_max'] or 0}); outputs in {cfg.output_dir}")
+    print(summary_line(s, cfg.output_dir))
     return 0
+
+
+def summary_line(s: dict, output_dir: str) -> str:
+    """The one line ``tba-lab train`` ends with, from a run's summary dict: the held-out
+    metrics before -> after (those named in ``held_out_metrics``), updates, seconds, samples
+    and staleness."""
+    shown = ", ".join(f"{m} {_fmt(m, s.get(m + '_before'))} -> {_fmt(m, s.get(m + '_after'))}"
+                      for m in s.get("held_out_metrics", []))
+    return (f"{s['algo']}/{s['mode']} on {s['task']}: held-out {shown} in {s['trainer_steps']} "
+            f"updates, {s['wall_seconds']:.0f} s ({s['samples_generated']} samples, staleness "
+            f"mean {s['staleness_mean'] or 0:.2f} max {s['staleness_max'] or 0}); outputs in "
+            f"{output_dir}")
 
 
 def _fmt(metric: str, value) -> str:
@@ -73,8 +80,10 @@ def _eval(args) -> int:
     from tba_lab.tasks import make_task
 
     try:
-        cfg = from_dict({"model": {"path": args.model, "max_new_tokens": args.max_new_tokens},
-                         "task": {"name": args.task, "test_path": args.data or ""}})
+        model = {"path": args.model}
+        if args.max_new_tokens is not None:
+            model["max_new_tokens"] = args.max_new_tokens
+        cfg = from_dict({"model": model, "task": {"name": args.task, "test_path": args.data or ""}})
     except ConfigError as e:
         print(f"tba-lab eval: {e}", file=sys.stderr)
         return 2
@@ -123,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--task", choices=TASKS.names(), default="arithmetic", help="task (default arithmetic)")
     e.add_argument("--data", help="held-out problems (default: the task's test split)")
     e.add_argument("-n", type=int, default=500, help="number of problems")
-    e.add_argument("--max-new-tokens", type=int, default=40, help="response length cap (default 40)")
+    e.add_argument("--max-new-tokens", type=int, help="response length cap (default: model.max_new_tokens)")
     e.set_defaults(func=_eval)
     r = sub.add_parser("reproduce", help="execute every course notebook with papermill, write report.md")
     r.add_argument("--smoke", action="store_true", help="each notebook's small SMOKE configuration (<= 60 s each)")

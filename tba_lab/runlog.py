@@ -189,11 +189,13 @@ class RunLog:
     def evaluation(self, step: int, metrics: dict, n: int, when: str, seconds: float) -> None:
         """Record held-out ``metrics`` on ``n`` problems, which took ``seconds``; ``when`` is
         "before", "interim" or "after" (the first and last also go to the summary as
-        ``<metric>_before/_after`` and ``eval_seconds_before/_after``)."""
+        ``<metric>_before/_after`` and ``eval_seconds_before/_after``, with the metric names
+        in ``held_out_metrics``)."""
         wall = {"before": 0.0, "after": self.summary["wall_seconds"]}.get(when, round(self.elapsed(), 1))
         self.eval_f.write(json.dumps({"step": step, "wall_seconds": wall, **metrics, "n": n}) + "\n")
         self.eval_f.flush()
         if when in ("before", "after"):
+            self.summary["held_out_metrics"] = list(metrics)
             self.summary.update({f"{k}_{when}": v for k, v in metrics.items()})
             self.summary[f"eval_seconds_{when}"] = round(seconds, 1)
         if when == "interim":

@@ -100,3 +100,17 @@ def test_ctrl_c_saves_everything_and_leaves_no_process(tmp_path):
     left = subprocess.run(["ps", "-ww", "-o", "pid=,args=", "--sid", str(pgid)], capture_output=True,
                           text=True).stdout
     assert not _group_alive(pgid), f"processes left in the group:\n{left}"
+
+
+def test_summary_line_shows_the_held_out_metrics_only():
+    """The closing line reads the metric names from the summary, not every ``*_before`` key
+    (``eval_seconds_before`` is a timing)."""
+    from tba_lab.cli import summary_line
+
+    s = {"algo": "tb", "mode": "async", "task": "arithmetic", "held_out_metrics": ["accuracy"],
+         "accuracy_before": 0.346, "accuracy_after": 0.47, "eval_seconds_before": 1.5,
+         "eval_seconds_after": 1.4, "trainer_steps": 1278, "wall_seconds": 540.2,
+         "samples_generated": 123392, "staleness_mean": 6.6, "staleness_max": 26}
+    line = summary_line(s, "runs/default")
+    assert line == ("tb/async on arithmetic: held-out accuracy 34.6% -> 47.0% in 1278 updates, "
+                    "540 s (123392 samples, staleness mean 6.60 max 26); outputs in runs/default")

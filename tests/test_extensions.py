@@ -117,6 +117,7 @@ def test_toy_task_and_algorithm_train_through_the_real_launcher(tmp_path):
     assert summary["trainer_steps"] == 3
     # the held-out metric is the toy task's, before and after
     assert summary["mean_chars_before"] > 0 and summary["mean_chars_after"] > 0
+    assert summary["held_out_metrics"] == ["mean_chars"]
     evals = _read_jsonl(tmp_path / "eval.jsonl")
     assert [e["n"] for e in evals] == [8, 8] and all("mean_chars" in e for e in evals)
     # the loss is the toy algorithm's, with its own logged term and beta

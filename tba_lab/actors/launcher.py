@@ -57,5 +57,6 @@ class Launcher(Protocol):
 
 
 def make_launcher(cfg, model, use_reference: bool) -> Launcher:
-    """The launcher ``cfg.async_.launcher`` names, built for this run."""
+    """The launcher ``cfg.async_.launcher`` names, built for this run. Raises KeyError for an
+    unknown name."""
     return LAUNCHERS.get(cfg.async_.launcher)(cfg, model, use_reference)

@@ -24,7 +24,7 @@ import random
 import signal
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -45,15 +45,12 @@ class SearcherSpec:
 
     @classmethod
     def from_config(cls, cfg, use_reference: bool) -> "SearcherSpec":
-        import dataclasses
-
         from tba_lab.registry import BACKENDS, TASKS
 
         task_cls, backend_cls = TASKS.get(cfg.task.name), BACKENDS.get(cfg.model.backend)
         keep = {getattr(c, "section", None) or c.name for c in (task_cls, backend_cls)
                 if getattr(c, "config_class", None) is not None}
-        searcher_cfg = dataclasses.replace(
-            cfg, sections={k: v for k, v in cfg.sections.items() if k in keep})
+        searcher_cfg = replace(cfg, sections={k: v for k, v in cfg.sections.items() if k in keep})
         return cls(searcher_cfg, task_cls, backend_cls, use_reference)
 
 

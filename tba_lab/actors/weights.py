@@ -16,6 +16,8 @@ them); all parameters must share one dtype.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.nn.utils import parameters_to_vector
 
@@ -63,12 +65,5 @@ class SharedWeights:
         with self.lock:
             version = self.version.value
             vec = self.flat.clone()
-        return version, [(name, vec[offset:offset + _numel(shape)].view(shape))
+        return version, [(name, vec[offset:offset + math.prod(shape)].view(shape))
                          for name, shape, offset in self.manifest]
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n

@@ -2,8 +2,7 @@
 
 The core (``config``, ``registry``, ``paths``, ``losses``, ``algorithms``, ``buffer``,
 ``rollout``, ``actors``, ``tasks``, ``trainer``, ``runlog``, ``eval``, ``models``) never imports
-from here; only the command line does
-(``tba-lab reproduce``).
+from here; only the command line does (``tba-lab reproduce``).
 
 * :mod:`tba_lab.lab.course` -- the exercises of notebooks 01-06 (stubs, worked solutions,
   the checker) and the exact-pi* toy of notebook 02.

@@ -62,7 +62,8 @@ class GenerationBackend(Protocol):
 
 
 def make_backend(cfg, model, tokenizer) -> GenerationBackend:
-    """The backend ``cfg.model.backend`` names, built around ``model`` and ``tokenizer``."""
+    """The backend ``cfg.model.backend`` names, built around ``model`` and ``tokenizer``.
+    Raises KeyError for an unknown name."""
     return BACKENDS.get(cfg.model.backend).build(cfg, model, tokenizer)
 
 

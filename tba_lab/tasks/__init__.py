@@ -70,7 +70,7 @@ class Task:
 
 
 def make_task(cfg) -> Task:
-    """The task ``cfg.task.name`` names, built for ``cfg``."""
+    """The task ``cfg.task.name`` names, built for ``cfg``. Raises KeyError for an unknown name."""
     return TASKS.get(cfg.task.name)(cfg)
 
 

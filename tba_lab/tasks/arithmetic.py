@@ -114,15 +114,12 @@ class ArithmeticTask(GSM8KTask):
     def check_config(cls, cfg) -> None:
         from tba_lab.config import check
 
-        for split, path in (("train", cfg.task.train_path), ("test", cfg.task.test_path)):
-            source = path or cls.default_source[split]
+        for split, source in cls.sources(cfg).items():
             check(Path(source).expanduser().is_file(),
                   f"task.{split}_path={source!r} does not exist; run `tba-lab sft` to write the "
                   f"embedded task or point it at a GSM8K-format JSONL file")
 
     def load(self, split: str) -> list[dict]:
-        if split not in ("train", "test"):
-            raise ValueError(f"split={split!r}: choose train or test")
         return read_jsonl(self.source(split))
 
 

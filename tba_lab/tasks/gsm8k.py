@@ -362,25 +362,28 @@ class GSM8KTask(Task):
     default_source = {"train": "openai/gsm8k", "test": "openai/gsm8k"}
 
     @classmethod
+    def sources(cls, cfg) -> dict[str, str]:
+        """``{split: where it is read from}``: ``task.<split>_path``, or the task's default."""
+        task = None if cfg is None else cfg.task
+        return {"train": (task and task.train_path) or cls.default_source["train"],
+                "test": (task and task.test_path) or cls.default_source["test"]}
+
+    @classmethod
     def check_config(cls, cfg) -> None:
         from tba_lab.config import check
 
-        for split, path in (("train", cfg.task.train_path), ("test", cfg.task.test_path)):
-            source = path or cls.default_source[split]
-            local = Path(source).expanduser()
-            check(local.exists() or not (path and _looks_like_path(path)),
-                  f"task.{split}_path={path!r} does not exist; give a GSM8K-format .jsonl file, "
-                  f"a dataset folder or a hub name")
+        for split, source in cls.sources(cfg).items():
+            check(Path(source).expanduser().exists() or not _looks_like_path(source),
+                  f"task.{split}_path={source!r} does not exist; give a GSM8K-format .jsonl "
+                  f"file, a dataset folder or a hub name")
 
     def source(self, split: str) -> str:
-        """Where ``split`` is read from (the configured path, or the task's default)."""
-        task = self.cfg.task if self.cfg is not None else None
-        path = "" if task is None else task.train_path if split == "train" else task.test_path
-        return path or self.default_source[split]
-
-    def load(self, split: str) -> list[dict]:
+        """Where ``split`` ("train" or "test") is read from. Raises ValueError for another split."""
         if split not in ("train", "test"):
             raise ValueError(f"split={split!r}: choose train or test")
+        return self.sources(self.cfg)[split]
+
+    def load(self, split: str) -> list[dict]:
         return load_gsm8k(self.source(split), split=split)
 
     def format_prompt(self, problem: dict) -> str:

@@ -7,12 +7,12 @@ prints PASS or FAIL with the first mismatch, and returns True or False (it never
 the notebook runs on).
 
 Where things live:
-    tba_lab/lab/course/nbXX.py     exercises of notebook XX: the empty stub, a worked solution
-                               written the way a student would, the reference and the inputs
-    check(name, fn)            the checker a notebook cell calls
-    solution(name)             the worked solution (notebooks use it when USE_SOLUTIONS is set,
-                               which is how ``tba-lab reproduce`` runs them)
-    EXERCISES                  every exercise by name (tests: solutions pass, stubs fail)
+    tba_lab/lab/course/nbXX.py  exercises of notebook XX: the empty stub, a worked solution
+                                written the way a student would, the reference and the inputs
+    check(name, fn)             the checker a notebook cell calls
+    solution(name)              the worked solution (notebooks use it when USE_SOLUTIONS is set,
+                                which is how ``tba-lab reproduce`` runs them)
+    EXERCISES                   every exercise by name (tests: solutions pass, stubs fail)
 """
 from __future__ import annotations
 
