@@ -1,6 +1,7 @@
-# Two commands for a fresh machine (see README.md):
+# Commands for a fresh machine (see README.md):
 #   make demo   # create .venv, install, run `tba-lab train` with its defaults
 #   make test   # create .venv, install, run the whole test suite
+#   make lab    # create .venv, install, open the course (notebooks/) in JupyterLab
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -11,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -e ".[dev]"
 	touch $@
 
-.PHONY: install demo test clean
+.PHONY: install demo test lab clean
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
@@ -19,6 +20,19 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
+
+# The project's kernel, inside the venv (not in ~/.local): "Python (tba-lab)" in JupyterLab.
+KERNEL = $(VENV)/share/jupyter/kernels/tba-lab/kernel.json
+$(KERNEL): $(BIN)/.installed
+	$(BIN)/python -m ipykernel install --sys-prefix --name tba-lab --display-name "Python (tba-lab)"
+
+# JupyterLab on notebooks/: from PORT on, the first free port (a second user or a second lab gets
+# the next one), a fresh random token in the URL it prints; e.g. make lab PORT=9000 LAB_ARGS=--no-browser
+PORT     ?= 8888
+LAB_ARGS ?=
+lab: $(KERNEL)
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.port=$(PORT) --ServerApp.port_retries=50 \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:
 	rm -rf $(VENV) runs

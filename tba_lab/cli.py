@@ -16,12 +16,25 @@ import json
 import sys
 
 
+def _one_line(e: BaseException) -> str:
+    """An error's message on one line (a library's message may span several)."""
+    return " ".join(str(e).split())
+
+
 def _train(args) -> int:
     from tba_lab.config import ConfigError, from_dict, load_yaml, validate
+    from tba_lab.preflight import preflight
     from tba_lab.trainer import train
 
     try:
-        cfg = load_yaml(args.config) if args.config else from_dict({})
+        if args.resume and args.config:
+            raise ConfigError("give --resume DIR or --config FILE, not both: a resumed run reads "
+                              "DIR/config.yaml (flags may still override its budget)")
+        if args.resume:
+            cfg = load_yaml(resume_config(args.resume))
+            cfg.output_dir = args.resume
+        else:
+            cfg = load_yaml(args.config) if args.config else from_dict({})
         for flag, (section, name) in {
                 "output_dir": (None, "output_dir"), "max_minutes": (None, "max_minutes"),
                 "seed": (None, "seed"), "algo": (None, "algo"), "mode": ("async_", "mode"),
@@ -32,17 +45,41 @@ def _train(args) -> int:
             if value is not None:
                 setattr(getattr(cfg, section) if section else cfg, name, value)
         validate(cfg)
+        preflight(cfg)  # model folder, tokenizer, task data, output_dir: before anything starts
     except (ConfigError, FileNotFoundError) as e:
-        print(f"tba-lab train: {e}", file=sys.stderr)
+        print(f"tba-lab train: {_one_line(e)}", file=sys.stderr)
         return 2
+    from tba_lab.actors.launcher import SearcherError
+
     try:
-        s = train(cfg, progress=not args.no_progress)
+        s = train(cfg, progress=not args.no_progress, resume=bool(args.resume))
     except KeyboardInterrupt:
-        print(f"\ninterrupted: policy, buffer, metrics and summary so far saved in {cfg.output_dir}",
-              file=sys.stderr)
+        print(f"\ninterrupted: policy, buffer, metrics and summary so far saved in {cfg.output_dir}"
+              f"; continue with `tba-lab train --resume {cfg.output_dir}`", file=sys.stderr)
         return 130
+    except (ConfigError, FileNotFoundError) as e:  # a resume that does not fit its checkpoint
+        print(f"tba-lab train: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except SearcherError as e:
+        print(f"tba-lab train: {e}", file=sys.stderr)
+        return 1
     print(summary_line(s, cfg.output_dir))
     return 0
+
+
+def resume_config(run_dir: str) -> str:
+    """``run_dir/config.yaml`` of a run to resume.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds no ``config.yaml`` (not a run's output_dir).
+    """
+    from pathlib import Path
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there; give the output_dir "
+                                f"of an earlier `tba-lab train` run")
+    return str(path)
 
 
 def summary_line(s: dict, output_dir: str) -> str:
@@ -76,16 +113,20 @@ def _eval(args) -> int:
     from tba_lab.config import ConfigError, from_dict
     from tba_lab.eval import evaluate
     from tba_lab.models import load_policy
+    from tba_lab.preflight import preflight
     from tba_lab.rollout.backend import make_backend
     from tba_lab.tasks import make_task
 
     try:
+        if args.n < 1:
+            raise ConfigError(f"-n {args.n}: give the number of held-out problems to score, >= 1")
         model = {"path": args.model}
         if args.max_new_tokens is not None:
             model["max_new_tokens"] = args.max_new_tokens
         cfg = from_dict({"model": model, "task": {"name": args.task, "test_path": args.data or ""}})
-    except ConfigError as e:
-        print(f"tba-lab eval: {e}", file=sys.stderr)
+        preflight(cfg, splits=("test",), output=False)  # eval reads the test split, writes nothing
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"tba-lab eval: {_one_line(e)}", file=sys.stderr)
         return 2
     model, tokenizer = load_policy(cfg.model.path)
     model.eval()
@@ -120,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--sync-period", type=int, help="k: publish weights every k updates")
     t.add_argument("--model", help="starting policy folder (default: the embedded tiny model)")
     t.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its checkpoint.pt "
+                   "(its config.yaml; flags such as --max-minutes or --max-steps extend it)")
     t.set_defaults(func=_train)
     s = sub.add_parser("sft", help="rebuild the embedded task and tiny model from a seed")
     s.add_argument("--output-dir", help="model folder (default data/tiny-llama)")

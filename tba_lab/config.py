@@ -60,6 +60,8 @@ class TrainingConfig:
     max_grad_norm: float = 1.0          # gradient-norm clipping (0 = off)
     weight_decay: float = 0.0           # AdamW weight decay
     max_steps: int = 0                  # stop after this many trainer updates (0 = time only)
+    save_seconds: float = 60.0          # write checkpoint.pt (resumable) every this many seconds (0 = off)
+    save_steps: int = 0                 # ... and/or every this many updates (0 = off); always at the end
 
 
 @dataclass
@@ -80,6 +82,8 @@ class AsyncConfig:
     queue_size: int = 2                 # generation batches in flight between searchers and trainer
     searcher_threads: int = 0           # torch threads per searcher (0 = auto: 1 async, all cores sync)
     trainer_threads: int = 0            # torch threads for the trainer (0 = auto, as above)
+    searcher_timeout: float = 120.0     # seconds without a message before a searcher counts as hung (0 = never)
+    max_restarts: int = 2               # restarts per failed searcher; then it is retired (run stops if none left)
 
 
 _REGISTRIES = (ALGORITHMS, TASKS, BACKENDS, LAUNCHERS)
@@ -153,10 +157,25 @@ class RunConfig:
         return getattr(self, name)
 
     def to_dict(self) -> dict:
-        """Plain nested data, as a YAML file spells it (``async``, sections at the top level)."""
+        """Plain nested data, as a YAML file spells it (``async``, sections at the top level).
+
+        Sections of classes registered from outside the package (a notebook, a test, your
+        project) are written only when this config selects their class: a ``config.yaml``
+        written in a process that registered some other experiment's class must still load in
+        ``tba-lab train --config`` of a fresh process."""
         data = dataclasses.asdict(self)
         data["async"] = data.pop("async_")
-        data.update(data.pop("sections"))
+        sections = data.pop("sections")
+        chosen = set()
+        for registry, value in ((ALGORITHMS, self.algo), (TASKS, self.task.name),
+                                (BACKENDS, self.model.backend), (LAUNCHERS, self.async_.launcher)):
+            if value in registry:
+                cls = registry.get(value)
+                chosen.add(getattr(cls, "section", None) or cls.name)
+        classes = section_classes()
+        data.update({k: v for k, v in sections.items()
+                     if k in chosen or k not in classes
+                     or classes[k].__module__.split(".")[0] == "tba_lab"})
         return data
 
 
@@ -252,14 +271,70 @@ def from_dict(data: dict | None) -> RunConfig:
     return cfg
 
 
+def _check_unique_keys(node, source: str, where: str = "", seen_nodes=None) -> None:
+    """Raise :class:`ConfigError` if a YAML mapping under ``node`` gives one key twice.
+
+    PyYAML keeps the last of two equal keys without a word, so ``tb: {beta: 0.1, beta: 0.5}``
+    (or one section written twice) would silently drop a value. Keys compare by resolved tag
+    and text (``1`` and ``'1'`` differ); merge keys (``<<: *base``) may still be overridden,
+    as YAML intends.
+    """
+    import yaml
+
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:  # an alias of a node already checked (or a recursive one)
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first_line: dict[tuple, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            name = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            line = key_node.start_mark.line + 1
+            if isinstance(key_node, yaml.ScalarNode):
+                ident = (key_node.tag, key_node.value)
+                if ident in first_line:
+                    raise ConfigError(
+                        f"{source}, line {line}: `{where + name}` is given twice (first on line "
+                        f"{first_line[ident]}); YAML would silently keep only the last value, "
+                        f"so delete one of them")
+                first_line[ident] = line
+            _check_unique_keys(value_node, source, f"{where}{name}.", seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique_keys(item, source, f"{where.rstrip('.')}[{i}].", seen_nodes)
+
+
 def load_yaml(path: str | Path) -> RunConfig:
-    """Read a YAML config file. Raises FileNotFoundError, or :class:`ConfigError` on bad content."""
+    """Read a YAML config file.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        ConfigError: the file is not valid YAML, gives one key twice in a mapping (the message
+            names the key and both lines), or its content fails :func:`from_dict`.
+    """
     import yaml
 
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"config file {str(p)!r} not found")
-    return from_dict(yaml.safe_load(p.read_text()) or {})
+    loader = yaml.SafeLoader(p.read_text())
+    loader.name = str(p)  # error marks name the file
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check_unique_keys(node, str(p))
+        data = None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = " ".join(x for x in (getattr(e, "problem", None), getattr(e, "context", None)) if x)
+        raise ConfigError(f"config file {str(p)!r}{where} is not valid YAML: "
+                          f"{what or ' '.join(str(e).split())}; fix the syntax there") from None
+    finally:
+        loader.dispose()
+    return from_dict(data or {})
 
 
 def write_yaml(cfg: RunConfig, path: str | Path) -> None:
@@ -305,8 +380,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     check_choice(tr.lr_schedule, ("linear", "constant"), "training.lr_schedule")
     check(tr.max_grad_norm >= 0, "training.max_grad_norm must be >= 0 (0 = no clipping)")
     check(tr.max_steps >= 0, "training.max_steps must be >= 0 (0 = bounded by time only)")
+    check(tr.save_seconds >= 0 and tr.save_steps >= 0,
+          "training.save_seconds and training.save_steps must be >= 0 (0 turns either off)")
     b = cfg.buffer
     check(b.capacity_per_prompt >= 1, "buffer.capacity_per_prompt must be >= 1")
+    check(b.capacity_per_prompt >= tr.num_generations,
+          f"buffer.capacity_per_prompt={b.capacity_per_prompt} is below training.num_generations="
+          f"{tr.num_generations}: every group of K would repeat rows; keep at least K per prompt")
     check(0 <= b.recency_prob <= 1, f"buffer.recency_prob={b.recency_prob}: must be in [0, 1]")
     check(b.inv_temp >= 0, "buffer.inv_temp must be >= 0 (0 = uniform)")
     check(b.initial_fill >= 0, "buffer.initial_fill must be >= 0")
@@ -318,6 +398,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     check(a.sync_period >= 1, f"async.sync_period={a.sync_period}: must be >= 1")
     check(a.queue_size >= 1, "async.queue_size must be >= 1")
     check(a.searcher_threads >= 0 and a.trainer_threads >= 0, "thread counts must be >= 0")
+    check(a.searcher_timeout >= 0, f"async.searcher_timeout={a.searcher_timeout}: give seconds "
+                                   f"(> 0), or 0 to never treat a silent searcher as hung")
+    check(a.max_restarts >= 0, f"async.max_restarts={a.max_restarts}: must be >= 0")
     if a.mode == "sync":
         check(a.sync_period == 1, f"async.sync_period={a.sync_period} with mode=sync: strict "
                                   f"alternation publishes after every update; set sync_period 1")
@@ -358,10 +441,14 @@ def short_run(output_dir: str | Path, seconds: float, overrides: dict | None = N
         seed: the run's seed.
 
     Raises:
-        ConfigError: as :func:`from_dict`.
+        ConfigError: as :func:`from_dict` (``overrides`` giving both ``async`` and ``async_``
+            included).
     """
     overrides = dict(overrides or {})
     if "async_" in overrides:
+        if "async" in overrides:
+            raise ConfigError("both `async` and `async_` are given in overrides; they are one "
+                              "section, keep one (YAML files spell it `async`)")
         overrides["async"] = overrides.pop("async_")
     tr = merge({"num_prompts_per_step": 16, "num_generations": 8}, overrides.get("training", {}))
     base = {"output_dir": str(output_dir), "max_minutes": float(seconds) / 60.0, "seed": int(seed),

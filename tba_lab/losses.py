@@ -85,8 +85,9 @@ def _check_group_layout(n: int, group_size: int) -> int:
         raise ValueError(f"group_size must be a positive int (K responses per prompt), got {group_size!r}")
     if n % group_size != 0:
         raise ValueError(
-            f"batch of {n} rows is not a whole number of groups of group_size={group_size}; "
-            "rows must be prompt-major (rows i*K..i*K+K-1 belong to prompt i) with N = B * K"
+            f"batch of {n} rows is not a whole number of groups of group_size={group_size} "
+            f"(training.num_generations; {n} % {group_size} = {n % group_size}); rows must be "
+            "prompt-major (rows i*K..i*K+K-1 belong to prompt i) with N = B * K"
         )
     return n // group_size
 

@@ -90,13 +90,19 @@ def build_model(tokenizer, hidden_size: int = 128, num_layers: int = 4, num_head
     return model
 
 
-def _plain_sampling(model) -> None:
-    """Set the special-token ids ``generate`` needs. Top-k/top-p are NOT set here: the
-    backend passes ``top_k=0, top_p=1.0`` on every sampling call (transformers defaults to
-    top_k=50), because the trainer's log-probs assume the full softmax(logits / temperature)."""
+def _plain_sampling(model, eos_ids: list[int] | None = None) -> None:
+    """Set the special-token ids ``generate`` needs on ``model.generation_config``: pad and bos
+    from ``model.config``, EOS = ``eos_ids`` (every id that ends a response, see
+    :func:`tba_lab.rollout.backend.eos_token_ids`) or ``model.config.eos_token_id``. Sampling
+    settings are NOT set here: the backend passes a fresh config with only the kit's settings
+    on every call (:func:`tba_lab.rollout.backend.plain_generation_config`), because the
+    trainer's log-probs assume the full softmax(logits / temperature)."""
     gc = model.generation_config
     gc.pad_token_id = model.config.pad_token_id
-    gc.eos_token_id = model.config.eos_token_id
+    if eos_ids:
+        gc.eos_token_id = eos_ids[0] if len(eos_ids) == 1 else list(eos_ids)
+    else:
+        gc.eos_token_id = model.config.eos_token_id
     gc.bos_token_id = model.config.bos_token_id
 
 
@@ -117,27 +123,46 @@ def quiet_progress():
 def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32):
     """Load ``(model, tokenizer)`` from a local folder (or hub name) with the Auto classes.
 
+    Special tokens: the tokenizer pads on the left; one without a pad token pads with its EOS
+    token (as TRL does; padding is marked by the attention mask, and a response keeps its
+    terminating EOS, so the mask still covers it). Every EOS id the tokenizer, ``config.json``
+    and ``generation_config.json`` declare (:func:`~tba_lab.rollout.backend.eos_token_ids`) is
+    kept in ``model.generation_config.eos_token_id``; any of them ends a response. The
+    checkpoint's sampling settings stay in ``model.generation_config`` but the backend never
+    applies them.
+
     Raises:
-        FileNotFoundError: a local-looking path that does not exist, with the fix
-            (``tba-lab sft`` rebuilds the embedded model).
+        ValueError: the tokenizer has neither a pad token nor an EOS token, with the fix.
+        FileNotFoundError: ``path`` is not a model folder (missing, or without config.json or
+            tokenizer files) nor a hub id that is cached or downloadable; the message is
+            :func:`tba_lab.preflight.model_path_problem`'s (``tba-lab sft`` is suggested only
+            for the embedded model).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from tba_lab.preflight import model_path_problem
+
+    problem = model_path_problem(path)  # names model.path and the fix (sft only for the default)
+    if problem:
+        raise FileNotFoundError(problem)
     p = Path(path).expanduser()
-    if str(path).startswith((".", "/", "~")) and not p.exists():  # "org/name" is a hub id
-        raise FileNotFoundError(
-            f"model path {str(path)!r} does not exist; run `tba-lab sft` to rebuild the embedded "
-            f"model or set model.path to a Hugging Face model folder")
     path = str(p) if p.exists() else str(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+        if tokenizer.eos_token_id is None:
+            raise ValueError(
+                f"tokenizer of {path!r} has neither a pad token nor an EOS token: set pad_token "
+                f"(or eos_token, which then pads too) in its tokenizer_config.json, e.g. "
+                f"tokenizer.add_special_tokens({{'pad_token': '<pad>'}}) then save_pretrained")
+        tokenizer.pad_token = tokenizer.eos_token  # TRL's fallback; the mask marks padding
     with quiet_progress():  # no "Loading weights" bar per load (searchers load twice each)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    _plain_sampling(model)
+    from tba_lab.rollout.backend import eos_token_ids
+
+    _plain_sampling(model, eos_token_ids(model, tokenizer))
     return model, tokenizer
 
 

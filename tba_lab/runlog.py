@@ -18,6 +18,10 @@ algorithm). Files in ``cfg.output_dir``:
   metrics, e.g. ``accuracy``);
 * ``summary.json`` and ``curves.png`` at the end (also after Ctrl-C).
 
+A resumed run (``RunLog(cfg, resume=state)``) keeps the rows up to its checkpoint's step
+(rows written after the checkpoint are dropped: those updates are done again), appends to the
+same files, and continues the counters and the summary.
+
 Also here: :func:`read_jsonl_rows` (the reader of these files, tolerant of a line being
 written) and :func:`moving_average`, which the plots and the course's analysis tools share.
 """
@@ -92,9 +96,14 @@ class RunLog:
     Args:
         cfg: the run's :class:`~tba_lab.config.RunConfig` (``output_dir``, ``log_every``, ...).
         progress: show a tqdm bar of trainer updates.
+        resume: :meth:`state_dict` of the run being resumed (its checkpoint's ``log``), or None
+            for a new run (the files are started afresh).
     """
 
-    def __init__(self, cfg, progress: bool = True):
+    _COUNTERS = ("samples", "stale_sum", "stale_n", "stale_max", "searcher_reward", "nonfinite",
+                 "elapsed_saved")
+
+    def __init__(self, cfg, progress: bool = True, resume: dict | None = None):
         from tba_lab.config import write_yaml
 
         self.cfg = cfg
@@ -102,31 +111,54 @@ class RunLog:
         self.out.mkdir(parents=True, exist_ok=True)
         write_yaml(cfg, self.out / "config.yaml")
         self.progress = progress
-        self.metrics_f = open(self.out / "metrics.jsonl", "w")
-        self.searchers_f = open(self.out / "searchers.jsonl", "w")
-        self.eval_f = open(self.out / "eval.jsonl", "w")
         self.summary: dict = {"algo": cfg.algo, "task": cfg.task.name, "mode": cfg.async_.mode,
                               "seed": cfg.seed, "accuracy_before": None, "accuracy_after": None,
                               "trainer_steps": 0, "samples_generated": 0, "staleness_mean": None,
-                              "staleness_max": None, "wall_seconds": 0.0, "interrupted": False}
+                              "staleness_max": None, "wall_seconds": 0.0, "interrupted": False,
+                              "resumes": 0, "nonfinite_rewards": 0, "searcher_failures": []}
         self.samples, self.stale_sum, self.stale_n, self.stale_max = 0, 0, 0, 0
         self.searcher_reward = None   # mean reward of the newest generated rollouts
+        self.nonfinite = 0            # rewards dropped because they were NaN or infinite
+        self.elapsed_saved = 0.0      # training seconds before this (resumed) process
+        mode, self.first_step = "w", 0
+        if resume is not None:
+            self.first_step = resume["step"]
+            for k in self._COUNTERS:
+                setattr(self, k, resume[k])
+            self.summary.update(resume["summary"], interrupted=False,
+                                resumes=resume["summary"].get("resumes", 0) + 1)
+            _keep_rows(self.out / "metrics.jsonl", "step", resume["step"])
+            _keep_rows(self.out / "searchers.jsonl", "trainer_step", resume["step"])
+            _keep_rows(self.out / "eval.jsonl", "step", resume["step"])
+            mode = "a"
+        self.metrics_f = open(self.out / "metrics.jsonl", mode)
+        self.searchers_f = open(self.out / "searchers.jsonl", mode)
+        self.eval_f = open(self.out / "eval.jsonl", mode)
         self.searcher_timing: dict = {}  # gen/score seconds of the newest searcher batch
         self.t_start = time.time()
         self.t_free = self.t_start    # when the trainer last finished an update (wait_seconds)
         self.next_eval = float("inf")
         self.bar = None
 
+    def state_dict(self, step: int) -> dict:
+        """The counters and summary so far at trainer ``step``, for a checkpoint (plain types)."""
+        state = {k: getattr(self, k) for k in self._COUNTERS}
+        state.update(elapsed_saved=self.elapsed(), step=step, summary=dict(self.summary))
+        return state
+
     # -------------------------------------------------------------------- clock
     def start_clock(self) -> float:
-        """The training budget starts now; returns that time (``time.time()`` seconds)."""
+        """The training budget starts now (a resumed run: its used seconds ago); returns that
+        time (``time.time()`` seconds)."""
         from tqdm.auto import tqdm
 
-        self.t_start = self.t_free = time.time()
+        self.t_free = time.time()
+        self.t_start = self.t_free - self.elapsed_saved
         every = self.cfg.task.eval_every_seconds
         self.next_eval = self.t_start + every if every else float("inf")
         self.bar = tqdm(total=self.cfg.training.max_steps or None, disable=not self.progress,
-                        unit="step", desc=f"{self.cfg.algo}/{self.cfg.async_.mode}")
+                        unit="step", desc=f"{self.cfg.algo}/{self.cfg.async_.mode}",
+                        initial=self.first_step)
         return self.t_start
 
     def elapsed(self) -> float:
@@ -146,6 +178,8 @@ class RunLog:
             self.searcher_reward = sum(rewards) / len(rewards)
         for batch in batches:
             self.samples += len(batch.rollouts)
+            dropped = getattr(batch, "nonfinite_rewards", 0)
+            self.nonfinite += dropped
             self.searcher_timing = {"gen_seconds": batch.gen_seconds,
                                     "score_seconds": batch.score_seconds}
             self.searchers_f.write(json.dumps({
@@ -154,7 +188,24 @@ class RunLog:
                 "t_end": round(batch.t_end - self.t_start, 4),
                 "received": round(self.elapsed(), 4), "trainer_step": step,
                 "gen_seconds": batch.gen_seconds, "score_seconds": batch.score_seconds,
-                "rollouts": len(batch.rollouts)}) + "\n")
+                "rollouts": len(batch.rollouts), "nonfinite_rewards": dropped}) + "\n")
+        if batches:
+            self.searchers_f.flush()
+
+    def searcher_failed(self, step: int, failure, action: str) -> None:
+        """A searcher failed at trainer ``step`` (a
+        :class:`~tba_lab.actors.launcher.SearcherFailed`) and was ``action`` ("restarted" or
+        "retired"): a warning with the traceback's last line, and an entry in the summary's
+        ``searcher_failures``."""
+        last = failure.traceback.strip().splitlines()[-1] if failure.traceback.strip() else ""
+        self.summary["searcher_failures"].append(
+            {"searcher_id": failure.searcher_id, "reason": failure.reason, "step": step,
+             "wall_seconds": round(self.elapsed(), 1), "action": action, "error": last})
+        msg = f"warning: searcher {failure.searcher_id} {failure.reason} ({last}); {action}"
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
+            print(msg, flush=True)
 
     # ------------------------------------------------------------------ updates
     def update(self, step: int, batch: list, loss: float, info: dict, grad_norm: float, lr: float,
@@ -214,6 +265,7 @@ class RunLog:
             self.summary["wall_seconds"] = round(self.elapsed(), 1)
         wall = self.summary["wall_seconds"]
         self.summary.update(trainer_steps=step, samples_generated=self.samples,
+                            nonfinite_rewards=self.nonfinite,
                             staleness_mean=(self.stale_sum / self.stale_n) if self.stale_n else None,
                             staleness_max=self.stale_max if self.stale_n else None,
                             updates_per_minute=round(60 * step / max(wall, 1e-9), 2), **(extra or {}))
@@ -225,6 +277,15 @@ class RunLog:
         except Exception as e:  # a plot must never lose a run
             print(f"warning: could not draw curves.png: {e}")
         return self.summary
+
+
+def _keep_rows(path: Path, key: str, last_step: int) -> None:
+    """Rewrite the JSONL file ``path`` keeping rows whose ``key`` is at most ``last_step`` (a
+    torn last line from a killed process is dropped too); atomic (temporary file, rename)."""
+    rows = [r for r in read_jsonl_rows(path) if r.get(key, 0) <= last_step]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
 
 
 def plot_curves(run_dir: str | Path, path: str | Path | None = None):

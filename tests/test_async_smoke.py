@@ -89,7 +89,8 @@ class _FreshDataLauncher(LocalLauncher):
         msgs = super().poll(timeout)
         fresh = lambda ms: any(isinstance(m, SearcherFailed) or m.version >= 1 for m in ms)
         if (not self.seen_fresh and self.weights.version.value >= 1
-                and not self.stop_event.is_set() and self.alive()):
+                and not self.stop_event.is_set()
+                and all(s.process.is_alive() for s in self.searchers.values())):
             deadline = time.time() + 60
             while not fresh(msgs) and time.time() < deadline:
                 msgs += super().poll(0.1)

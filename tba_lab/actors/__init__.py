@@ -1,8 +1,9 @@
 """Asynchronous actors: searchers that generate and score rollouts, and how they are launched.
 
 * :mod:`tba_lab.actors.launcher` -- the :class:`Launcher` protocol the trainer talks to
-  (``start`` / ``publish`` / ``poll`` / ``alive`` / ``stop``), the messages searchers send
-  (:class:`~tba_lab.rollout.RolloutBatch`, :class:`SearcherFailed`) and :func:`make_launcher`.
+  (``start`` / ``publish`` / ``poll`` / ``restart`` / ``retire`` / ``stop``), the messages
+  searchers send (:class:`~tba_lab.rollout.RolloutBatch`, :class:`SearcherFailed`) and
+  :func:`make_launcher`.
 * :mod:`tba_lab.actors.weights` -- :class:`SharedWeights`, the weight channel from trainer to
   searchers (one flat shared-memory tensor, a name manifest and a version counter).
 * :mod:`tba_lab.actors.searcher` -- the searcher loop (:func:`searcher_main`).

@@ -3,26 +3,70 @@
 :class:`LocalLauncher` (``async.launcher: local``, the default) implements the
 :class:`~tba_lab.actors.launcher.Launcher` protocol the trainer uses: ``start()``,
 ``publish()`` through :class:`~tba_lab.actors.weights.SharedWeights`, ``poll()`` for messages,
-``alive()``, ``stop()``. A launcher for Ray actors on other machines plugs in behind the same
-five methods.
+``restart()``/``retire()`` of one searcher, ``stop()``. A launcher for Ray actors on other
+machines plugs in behind the same six methods.
 
 Processes use the ``spawn`` start method (safe with threads and, later, CUDA); their entry point
 lives in the package (:func:`tba_lab.actors.searcher.searcher_main`), never in a notebook cell.
-``stop()`` sets the stop event, drains the queue while the children finish (a child blocked on a
-full queue must never hang shutdown), then terminates and finally kills stragglers: no process
-is left behind. It is also registered with ``atexit``.
+
+Each searcher has its OWN queue of ``async.queue_size`` batches. A process killed in the middle
+of writing a message (SIGKILL, the OOM killer) can leave a half message in its pipe and its
+queue's write lock held; with one shared queue that would block every other searcher and the
+trainer for good. With one queue each, only the dead searcher's queue is affected and it is
+thrown away with it. For the same reason the trainer closes its own copy of each queue's write
+end (the private ``_writer`` of ``multiprocessing.Queue``; the trainer never puts): reading a
+half message from a dead writer then raises ``EOFError`` instead of waiting forever.
+
+``stop()`` sets the stop event, drains the queues while the children finish (a child blocked on
+a full queue must never hang shutdown), then terminates and finally kills stragglers: no process
+is left behind. It is also registered with ``atexit``; searchers also exit on their own when
+the trainer process disappears (they check their parent every batch).
 """
 from __future__ import annotations
 
 import atexit
 import queue as queue_lib
+import signal
+import threading
 import time
+from dataclasses import dataclass
 
 import torch.multiprocessing as mp
 
+from tba_lab.actors.launcher import SearcherFailed
 from tba_lab.actors.searcher import SearcherSpec, searcher_main
 from tba_lab.actors.weights import SharedWeights
 from tba_lab.registry import LAUNCHERS
+
+
+@dataclass
+class _Searcher:
+    process: object   # multiprocessing Process
+    queue: object     # its own multiprocessing Queue
+    reported: bool = False  # a SearcherFailed was already delivered for this process
+
+
+def _exit_account(exitcode) -> str:
+    """A one-line account of how a process ended, from ``Process.exitcode``."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"the searcher process was killed by {name} (exit code {exitcode})"
+    return f"the searcher process exited with code {exitcode} without reporting an error"
+
+
+def _drain(q, out: list) -> bool:
+    """Move every complete message of ``q`` into ``out``; False when the queue is broken (a
+    dead writer left half a message), True otherwise."""
+    try:
+        while True:
+            out.append(q.get_nowait())
+    except queue_lib.Empty:
+        return True
+    except (EOFError, OSError, ValueError):
+        return False
 
 
 @LAUNCHERS.register
@@ -41,19 +85,25 @@ class LocalLauncher:
         self.spec = SearcherSpec.from_config(cfg, use_reference)
         self.ctx = mp.get_context("spawn")
         self.weights = SharedWeights(model, self.ctx)
-        self.queue = self.ctx.Queue(maxsize=cfg.async_.queue_size)
         self.stop_event = self.ctx.Event()
-        self.processes: list = []
+        self.searchers: dict[int, _Searcher] = {}
+        self.starts: dict[int, int] = {}  # processes started per searcher id (seeds restarts)
+
+    def _spawn(self, i: int) -> None:
+        q = self.ctx.Queue(maxsize=self.cfg.async_.queue_size)
+        n = self.starts.get(i, 0)
+        seed = self.cfg.seed * 1000 + i + 1 + 7919 * n  # a restarted searcher draws new prompts
+        p = self.ctx.Process(target=searcher_main, name=f"tba-searcher-{i}", daemon=True,
+                             args=(i, self.spec, self.weights, q, self.stop_event, seed))
+        p.start()
+        q._writer.close()  # the trainer only reads; see the module docstring
+        self.searchers[i] = _Searcher(p, q)
+        self.starts[i] = n + 1
 
     def start(self) -> None:
         """Spawn ``cfg.async_.num_searchers`` searcher processes (daemonic)."""
         for i in range(self.cfg.async_.num_searchers):
-            p = self.ctx.Process(
-                target=searcher_main, name=f"tba-searcher-{i}", daemon=True,
-                args=(i, self.spec, self.weights, self.queue, self.stop_event,
-                      self.cfg.seed * 1000 + i + 1))
-            p.start()
-            self.processes.append(p)
+            self._spawn(i)
         atexit.register(self.stop)
 
     def publish(self, model, version: int) -> None:
@@ -62,36 +112,72 @@ class LocalLauncher:
 
     def poll(self, timeout: float = 0.0) -> list:
         """All messages waiting now (waiting up to ``timeout`` seconds for the first one):
-        :class:`~tba_lab.rollout.RolloutBatch` or :class:`~tba_lab.actors.launcher.SearcherFailed`."""
-        out = []
-        try:
-            out.append(self.queue.get(timeout=timeout) if timeout > 0 else self.queue.get_nowait())
-            while True:
-                out.append(self.queue.get_nowait())
-        except queue_lib.Empty:
-            pass
+        :class:`~tba_lab.rollout.RolloutBatch` or :class:`~tba_lab.actors.launcher.SearcherFailed`
+        (also for a process found dead, once)."""
+        deadline = time.time() + timeout
+        while True:
+            out = self._poll_once()
+            if out or time.time() >= deadline:
+                return out
+            time.sleep(0.002)
+
+    def _poll_once(self) -> list:
+        out: list = []
+        for i, s in self.searchers.items():
+            dead = not s.process.is_alive()  # before draining: what it sent before dying is read
+            mine: list = []
+            _drain(s.queue, mine)
+            if any(isinstance(m, SearcherFailed) for m in mine):
+                s.reported = True
+            out += mine
+            if dead and not s.reported and not self.stop_event.is_set():
+                s.reported = True
+                out.append(SearcherFailed(i, _exit_account(s.process.exitcode), reason="exited"))
         return out
 
-    def alive(self) -> bool:
-        """True while every searcher process is running."""
-        return all(p.is_alive() for p in self.processes)
+    def _end(self, i: int, timeout: float = 2.0) -> None:
+        """Terminate searcher ``i`` (SIGTERM, then SIGKILL) and forget its queue."""
+        s = self.searchers.pop(i, None)
+        if s is None:
+            return
+        p = s.process
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=timeout)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=timeout)
+        s.queue.close()
+
+    def restart(self, searcher_id: int) -> None:
+        """End searcher ``searcher_id`` and spawn a fresh process with a new seed."""
+        self._end(searcher_id)
+        if not self.stop_event.is_set():
+            self._spawn(searcher_id)
+
+    def retire(self, searcher_id: int) -> None:
+        """End searcher ``searcher_id`` for good."""
+        self._end(searcher_id)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop all searchers within about ``timeout`` seconds (then terminate, then kill)."""
-        if not self.processes:
-            return
-        self.stop_event.set()
+        """Stop all searchers within about ``timeout`` seconds (then terminate, then kill), and
+        release the shared memory and named semaphores (a notebook kernel runs many runs)."""
+        self.stop_event.set()  # also when a start was interrupted half-way
         deadline = time.time() + timeout
-        while time.time() < deadline and any(p.is_alive() for p in self.processes):
-            self.poll()  # drain so no child blocks on a full queue
-            for p in self.processes:
-                p.join(timeout=0.05)
-        for p in self.processes:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=2.0)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=2.0)
-        self.poll()
-        self.processes = []
+        while time.time() < deadline and any(s.process.is_alive() for s in self.searchers.values()):
+            self._poll_once()  # drain so no child blocks on a full queue
+            for s in self.searchers.values():
+                s.process.join(timeout=0.05)
+        for i in list(self.searchers):
+            self._end(i)
+        self._release()
+
+    def _release(self) -> None:
+        """Drop this launcher's multiprocessing objects. ``atexit`` held a reference to the
+        launcher until the process exits, which kept the shared weights and the event's named
+        semaphores in /dev/shm for every run a kernel ever made."""
+        atexit.unregister(self.stop)
+        self.weights = None
+        stopped = threading.Event()  # later calls see a stopped launcher
+        stopped.set()
+        self.stop_event = stopped

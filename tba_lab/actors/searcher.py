@@ -12,9 +12,12 @@ frozen reference policy. Each iteration it
   4. puts the :class:`~tba_lab.rollout.RolloutBatch`, tagged with the policy version, on the
      queue; ``put`` uses a timeout in a loop so a stop request is always seen.
 
-In ``sync`` mode it generates exactly one batch per published version (strict alternation).
+In ``sync`` mode it generates exactly one batch per published version (strict alternation),
+generating again when a batch kept no complete group of K (every group had a non-finite reward).
 The loop ends when ``stop`` is set or the parent process dies; SIGINT is ignored here because
 the trainer process owns shutdown (a terminal's Ctrl-C reaches every process in the group).
+An exception is reported as :class:`~tba_lab.actors.launcher.SearcherFailed` and the process
+exits with code 1; the trainer's failure policy restarts or retires it.
 """
 from __future__ import annotations
 
@@ -45,13 +48,38 @@ class SearcherSpec:
 
     @classmethod
     def from_config(cls, cfg, use_reference: bool) -> "SearcherSpec":
+        """The spec of ``cfg``'s task and backend.
+
+        Raises:
+            tba_lab.config.ConfigError: the task or backend class (or an options dataclass)
+                cannot be imported by a spawned process: defined in ``__main__`` (a notebook
+                cell, a script) or inside a function.
+        """
         from tba_lab.registry import BACKENDS, TASKS
 
         task_cls, backend_cls = TASKS.get(cfg.task.name), BACKENDS.get(cfg.model.backend)
+        for c in (task_cls, backend_cls, getattr(task_cls, "config_class", None),
+                  getattr(backend_cls, "config_class", None)):
+            if c is not None:
+                _check_importable(c)
         keep = {getattr(c, "section", None) or c.name for c in (task_cls, backend_cls)
                 if getattr(c, "config_class", None) is not None}
         searcher_cfg = replace(cfg, sections={k: v for k, v in cfg.sections.items() if k in keep})
         return cls(searcher_cfg, task_cls, backend_cls, use_reference)
+
+
+def _check_importable(c: type) -> None:
+    """Searchers are spawned processes: they import each class by module and name."""
+    from tba_lab.config import ConfigError
+
+    where = ("in a notebook cell or the script being run (module __main__)"
+             if c.__module__ == "__main__" else
+             "inside a function" if "<locals>" in c.__qualname__ else None)
+    if where:
+        raise ConfigError(
+            f"{c.__qualname__} is defined {where}, so the searcher processes cannot import "
+            f"it (they are spawned, not forked); move it into a .py module (e.g. my_task.py "
+            f"next to the notebook), import it from there, and run again")
 
 
 def _prompt_stream(problems: list, seed: int):
@@ -65,8 +93,10 @@ def _prompt_stream(problems: list, seed: int):
 
 
 def _put(q, msg, stop) -> bool:
-    """Put ``msg`` unless ``stop`` is set first; returns whether it was put."""
-    while not stop.is_set():
+    """Put ``msg`` unless ``stop`` is set or the trainer process is gone first; returns whether
+    it was put."""
+    parent = multiprocessing.parent_process()
+    while not stop.is_set() and (parent is None or parent.is_alive()):
         try:
             q.put(msg, timeout=0.1)
             return True
@@ -93,12 +123,25 @@ def searcher_main(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop
     try:
         _loop(searcher_id, spec, weights, out_queue, stop, seed)
     except Exception:  # report, do not hang the trainer
-        _put(out_queue, SearcherFailed(searcher_id, traceback.format_exc()), stop)
+        if _put(out_queue, SearcherFailed(searcher_id, traceback.format_exc()), stop):
+            _flush(out_queue, seconds=10.0)  # the report must reach the pipe before we exit
+        raise SystemExit(1)
     finally:
         out_queue.cancel_join_thread()  # never block exit on undelivered messages
 
 
+def _flush(q, seconds: float) -> None:
+    """Wait up to ``seconds`` until everything put on ``q`` is written to its pipe."""
+    import threading
+
+    q.close()
+    t = threading.Thread(target=q.join_thread, daemon=True)
+    t.start()
+    t.join(seconds)
+
+
 def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: int) -> None:
+    from tba_lab.buffer import complete_groups
     from tba_lab.models import load_policy
     from tba_lab.rollout import rollout
 
@@ -132,5 +175,6 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
                         cfg.model.max_new_tokens, reference=reference, version=version,
                         problem_ids=list(ids))
         batch.searcher_id = searcher_id
-        last_generated = version
+        if not sync or complete_groups(batch.rollouts, K):
+            last_generated = version
         _put(out_queue, batch, stop)

@@ -18,6 +18,11 @@ class BackgroundRun:
 
     ``train`` installs its Ctrl-C handlers only in the main thread, so interrupting the kernel
     while a background run is going stops the redraw loop, not the run; ``join`` waits for it.
+    (The explorer, :mod:`tba_lab.lab.widgets`, sets the stop event on an interrupt.)
+
+    Whether the run has ended is an ``Event`` set when ``train`` returns, not
+    ``Thread.is_alive()``: a ``Thread.join`` interrupted by ``KeyboardInterrupt`` (Ctrl-C in a
+    cell that waits on the run) leaves CPython 3.11's thread marked as stopped while it runs.
 
     Args:
         cfg: a :class:`~tba_lab.config.RunConfig`.
@@ -31,6 +36,7 @@ class BackgroundRun:
         self.run_dir = Path(cfg.output_dir)
         self.summary: dict | None = None
         self.error: BaseException | None = None
+        self._done = threading.Event()
         self._thread = threading.Thread(target=self._target, name="tba-train", daemon=True)
 
     def _target(self) -> None:
@@ -40,6 +46,8 @@ class BackgroundRun:
             self.summary = train(self.cfg, progress=False, stop_event=self.stop_event)
         except BaseException as e:  # handed to the notebook by join()
             self.error = e
+        finally:
+            self._done.set()
 
     def start(self) -> "BackgroundRun":
         self._thread.start()
@@ -47,16 +55,16 @@ class BackgroundRun:
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive()
+        """Started and not ended yet."""
+        return self._thread.ident is not None and not self._done.is_set()
 
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds; True when the run has ended."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+    def wait(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (None: until the end); True when the run has ended."""
+        return self._done.wait(timeout)
 
     def join(self) -> dict:
         """Wait for the run; return its summary, or re-raise the error it stopped with."""
-        self._thread.join()
+        self._done.wait()
         if self.error is not None:
             raise self.error
         return self.summary

@@ -12,12 +12,29 @@ Two ways in, one code path:
 
 ``train()`` installs its Ctrl-C / SIGTERM handlers only on the main thread, so running it in a
 background thread is supported; the explorer's "Stop" button ends a run early through
-``train(..., stop_event=...)`` (everything so far is saved, as at the end of the budget).
+``train(..., stop_event=...)`` (everything so far is saved, as at the end of the budget;
+:func:`run_and_plot` marks the run directory so that the runs table says "stopped", not "done").
+Interrupting the kernel (Ctrl-C, Jupyter's "interrupt kernel") during a run does the same: a
+``KeyboardInterrupt`` in the main thread, or a SIGINT while the kernel is idle, sets the stop
+event of every active explorer run (:func:`run_and_plot` live, or a run started by "Run"), so
+the searchers end with the run and the explorer is ready for the next one.
+
+Runs on disk are the explorer's memory: every run is a directory ``output_root/run_NN`` with
+the ``config.yaml`` and ``summary.json`` the trainer writes. Plain functions, used by the widget
+and usable without it:
+
+* :func:`list_runs` -- one row of settings and results per run directory (the runs table; a
+  restarted kernel rebuilds it from disk);
+* :func:`compare_runs` -- the settings two runs differ in;
+* :func:`export_config` -- a run's settings as a YAML file for ``tba-lab train --config``.
 """
 from __future__ import annotations
 
 import dataclasses
+import html
 import io
+import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -98,8 +115,356 @@ def make_config(config_overrides: dict, seconds: float, output_dir: str | Path, 
 
 
 # ----------------------------------------------------------------------------------------------
+# Runs on disk: the runs table, the settings two runs differ in, export as a YAML config
+# ----------------------------------------------------------------------------------------------
+
+#: Settings columns of the runs table -> dotted key of the run's ``config.yaml``; ``{algo}`` is
+#: the chosen algorithm's own section (``tb``, ``grpo`` for grpo and dr_grpo, ...).
+SETTING_COLUMNS = {"algo": "algo", "mode": "async.mode", "beta": "{algo}.beta",
+                   "beta_final": "{algo}.beta_final", "beta_anneal_steps": "{algo}.beta_anneal_steps",
+                   "learning_rate": "training.learning_rate",
+                   "num_generations": "training.num_generations",
+                   "recency_prob": "buffer.recency_prob", "inv_temp": "buffer.inv_temp",
+                   "sync_period": "async.sync_period", "num_searchers": "async.num_searchers",
+                   "max_minutes": "max_minutes", "seed": "seed"}
+#: Result columns of the runs table -> key of the run's ``summary.json``.
+RESULT_COLUMNS = {"seconds": "wall_seconds", "accuracy_before": "accuracy_before",
+                  "accuracy_after": "accuracy_after", "updates": "trainer_steps",
+                  "staleness_mean": "staleness_mean", "staleness_max": "staleness_max"}
+_RUN_NAME = re.compile(r"run_(\d+)$")
+
+
+def flatten_config(data: dict, prefix: str = "") -> dict:
+    """Nested config data -> ``{"training.learning_rate": 5e-05, "algo": "tb", ...}``."""
+    out: dict = {}
+    for key, value in (data or {}).items():
+        if isinstance(value, dict):
+            out.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def read_settings(run_dir: str | Path) -> dict:
+    """A run's ``config.yaml`` as flat dotted keys (:func:`flatten_config`), read as plain YAML
+    (no validation, so a run of an older or extended kit still shows).
+
+    Raises:
+        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
+        ValueError: the file is not a YAML mapping.
+    """
+    import yaml
+
+    path = Path(run_dir) / "config.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a YAML mapping")
+    return flatten_config(data)
+
+
+def _read_summary(run_dir: Path) -> dict | None:
+    import json
+
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+#: Written into a run directory by :func:`run_and_plot` when a stop event ended the run before
+#: its budget (``train`` saves such a run as at the end of the budget: ``interrupted`` is False).
+STOPPED_FILE = "stopped.json"
+
+
+def _stopped_early(summary: dict | None, cfg) -> bool:
+    """Did a stop event end this run? (Its training clock stopped before the budget, with
+    updates left, and it was not interrupted: ``train``'s loop has no other way out.)"""
+    if not summary or summary.get("interrupted"):
+        return False
+    max_steps = cfg.training.max_steps
+    if max_steps and (summary.get("trainer_steps") or 0) >= max_steps:
+        return False
+    return (summary.get("wall_seconds") or 0.0) < 60 * cfg.max_minutes
+
+
+def _mark_stopped(out: Path, summary: dict, cfg) -> None:
+    import json
+
+    (out / STOPPED_FILE).write_text(json.dumps(
+        {"trainer_steps": summary.get("trainer_steps"), "wall_seconds": summary.get("wall_seconds"),
+         "budget_seconds": round(60 * cfg.max_minutes, 1)}) + "\n")
+
+
+def _was_stopped(run_dir: Path, summary: dict) -> bool:
+    """:data:`STOPPED_FILE` is there and belongs to this summary (not to an earlier try of a
+    run that was resumed or rerun in the same directory since)."""
+    import json
+
+    try:
+        marker = json.loads((run_dir / STOPPED_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(marker, dict) and marker.get("trainer_steps") == summary.get("trainer_steps")
+
+
+def _algo_section(algo) -> str:
+    try:
+        cls = ALGORITHMS.get(algo)
+    except KeyError:  # a run of an algorithm that is not registered now
+        return str(algo)
+    return cls.section or cls.name
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def list_runs(output_root: str | Path) -> list[dict]:
+    """One row per run directory under ``output_root`` (each that holds a ``config.yaml``), in
+    natural name order (``run_2`` before ``run_10``).
+
+    A row has ``run`` (the directory name), ``run_dir``, ``status`` ("done": the run used its
+    budget; "stopped": ended early by a stop event, the explorer's "Stop" or an interrupt of the
+    kernel (:func:`run_and_plot` leaves :data:`STOPPED_FILE` in the run directory);
+    "interrupted": Ctrl-C or SIGTERM in the training process; "incomplete": no ``summary.json``
+    yet, i.e. still running or killed), the settings of :data:`SETTING_COLUMNS`,
+    ``budget_seconds`` (``max_minutes`` in seconds) and the results of :data:`RESULT_COLUMNS`
+    (None where the summary has none). Unreadable configurations are left out.
+    """
+    root = Path(output_root)
+    if not root.is_dir():
+        return []
+    rows = []
+    for d in sorted((p for p in root.iterdir() if (p / "config.yaml").is_file()),
+                    key=lambda p: _natural(p.name)):
+        try:
+            flat = read_settings(d)
+        except (OSError, ValueError):
+            continue
+        summary = _read_summary(d)
+        section = _algo_section(flat.get("algo"))
+        row = {"run": d.name, "run_dir": str(d),
+               "status": ("incomplete" if summary is None
+                          else "interrupted" if summary.get("interrupted")
+                          else "stopped" if _was_stopped(d, summary) else "done")}
+        row.update({col: flat.get(key.format(algo=section)) for col, key in SETTING_COLUMNS.items()})
+        minutes = row.get("max_minutes")
+        row["budget_seconds"] = round(60 * minutes, 1) if isinstance(minutes, (int, float)) else None
+        row.update({col: (summary or {}).get(key) for col, key in RESULT_COLUMNS.items()})
+        rows.append(row)
+    return rows
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, ignore=("output_dir",)) -> dict:
+    """The settings two runs differ in: ``{dotted key: (value in a, value in b)}``, sorted by key
+    (a key one config lacks has None there). ``ignore``: keys left out (by default
+    ``output_dir``, which always differs).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_settings`.
+    """
+    a, b = read_settings(run_a), read_settings(run_b)
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if k not in set(ignore) and a.get(k) != b.get(k)}
+
+
+def export_config(run_dir: str | Path, path: str | Path | None = None,
+                  output_dir: str | Path | None = None) -> Path:
+    """Write the settings of the run in ``run_dir`` as a YAML file for ``tba-lab train --config``.
+
+    The file is the run's ``config.yaml`` (validated by :func:`tba_lab.config.load_yaml`) with
+    one change: ``output_dir`` (default ``<run_dir>-cli`` next to the run, as an absolute path)
+    so that training from it never overwrites the explorer's run. ``max_minutes`` stays the
+    run's budget; ``tba-lab train --config FILE --max-minutes 9`` trains longer.
+
+    Args:
+        run_dir: a run directory (its ``config.yaml``).
+        path: the file to write (default ``run_dir/export.yaml``).
+        output_dir: the exported config's ``output_dir``.
+
+    Returns:
+        the path written.
+
+    Raises:
+        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
+        tba_lab.config.ConfigError: the run's settings do not validate in this version of the kit.
+    """
+    import yaml
+
+    from tba_lab.config import load_yaml
+
+    run_dir = Path(run_dir)
+    cfg = load_yaml(run_dir / "config.yaml")
+    cfg.output_dir = str(output_dir) if output_dir is not None else \
+        str(run_dir.resolve().parent / f"{run_dir.name}-cli")
+    path = Path(path) if path is not None else run_dir / "export.yaml"
+    header = (f"# settings of the run {run_dir.resolve()}, exported by tba_lab.lab.widgets\n"
+              f"# train with:  tba-lab train --config {path}  (--max-minutes / --output-dir override)\n")
+    path.write_text(header + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    return path
+
+
+def next_run_dir(output_root: str | Path) -> Path:
+    """``output_root/run_NN`` with NN one past the largest existing ``run_NN`` (00 if none)."""
+    root = Path(output_root)
+    used = [int(m.group(1)) for p in (root.iterdir() if root.is_dir() else ())
+            if (m := _RUN_NAME.match(p.name))]
+    return root / f"run_{max(used) + 1 if used else 0:02d}"
+
+
+def _fmt_cell(col: str, v) -> str:
+    if v is None:
+        return "&ndash;"
+    if col.startswith("accuracy"):
+        return f"{100 * v:.1f}%"
+    if isinstance(v, float):
+        return f"{v:.3g}" if col not in ("seconds", "budget_seconds") else f"{v:.0f}"
+    return html.escape(str(v))
+
+
+_TABLE_COLUMNS = (("run", "run"), ("status", "status"), ("algo", "algo"), ("mode", "mode"),
+                  ("beta", "&beta;"), ("beta_final", "&beta; final"),
+                  ("beta_anneal_steps", "anneal steps"), ("learning_rate", "lr"),
+                  ("num_generations", "K"), ("recency_prob", "m"), ("inv_temp", "inv_temp"),
+                  ("sync_period", "k"), ("num_searchers", "searchers"),
+                  ("budget_seconds", "budget (s)"), ("seconds", "seconds"),
+                  ("accuracy_before", "acc. before"), ("accuracy_after", "acc. after"),
+                  ("updates", "updates"), ("staleness_mean", "staleness mean"),
+                  ("staleness_max", "staleness max"))
+
+
+def runs_table_html(rows: list[dict], marked=()) -> str:
+    """The runs table as HTML (rows of :func:`list_runs`; runs named in ``marked`` in bold)."""
+    if not rows:
+        return "<i>no runs yet</i>"
+    head = "".join(f"<th style='padding:2px 6px'>{t}</th>" for _, t in _TABLE_COLUMNS)
+    body = []
+    for r in rows:
+        weight = "bold" if r["run"] in set(marked) else "normal"
+        cells = "".join(f"<td style='padding:2px 6px'>{_fmt_cell(c, r.get(c))}</td>"
+                        for c, _ in _TABLE_COLUMNS)
+        body.append(f"<tr data-run='{html.escape(r['run'])}' style='font-weight:{weight}'>{cells}</tr>")
+    return (f"<table class='tba-explorer-runs-table' style='border-collapse:collapse;"
+            f"font-size:12px'><tr>{head}</tr>{''.join(body)}</table>")
+
+
+def comparison_html(row_a: dict, row_b: dict, diff: dict) -> str:
+    """Two runs side by side: the settings they differ in (:func:`compare_runs`), then results."""
+    a, b = html.escape(row_a["run"]), html.escape(row_b["run"])
+    lines = [f"<tr><th style='text-align:left'>setting</th><th>{a}</th><th>{b}</th></tr>"]
+    if not diff:
+        lines.append("<tr><td colspan=3><i>same settings (apart from output_dir)</i></td></tr>")
+    for k, (va, vb) in diff.items():
+        lines.append(f"<tr><td>{html.escape(k)}</td><td>{html.escape(repr(va))}</td>"
+                     f"<td>{html.escape(repr(vb))}</td></tr>")
+    lines.append("<tr><th style='text-align:left'>result</th><th></th><th></th></tr>")
+    for col in ("status", *RESULT_COLUMNS):
+        lines.append(f"<tr><td>{col}</td><td>{_fmt_cell(col, row_a.get(col))}</td>"
+                     f"<td>{_fmt_cell(col, row_b.get(col))}</td></tr>")
+    return f"<table style='font-size:12px'>{''.join(lines)}</table>"
+
+
+# ----------------------------------------------------------------------------------------------
+# Interrupting the kernel stops the active runs
+# ----------------------------------------------------------------------------------------------
+
+
+class _InterruptStops:
+    """Stop callbacks of the active runs, called when the kernel is interrupted.
+
+    Two routes, both through documented hooks of this process's IPython kernel:
+
+    * a cell that was executing ends with ``KeyboardInterrupt``: IPython's ``post_run_cell``
+      event sees it in ``result.error_in_exec``;
+    * the kernel was idle (the usual case: a run started by the explorer's "Run" button):
+      ipykernel ignores SIGINT between messages and restores the handler it saved in
+      ``kernel.saved_sigint_handler`` after every message; :meth:`install` puts
+      :meth:`handle_sigint` there, which stops the active runs, or else does what the saved
+      handler did (ignore, or raise ``KeyboardInterrupt``).
+    """
+
+    def __init__(self):
+        self._stops: dict[int, object] = {}
+        self._lock = threading.Lock()
+        self._next = 0
+        self.previous = None   # the idle SIGINT handler replaced by install()
+        self._events_of = None  # the IPython shell whose post_run_cell event we hook
+
+    def add(self, stop) -> int:
+        """Register ``stop()`` (called on an interrupt); returns a token for :meth:`remove`."""
+        with self._lock:
+            self._next += 1
+            self._stops[self._next] = stop
+            return self._next
+
+    def remove(self, token: int) -> None:
+        with self._lock:
+            self._stops.pop(token, None)
+
+    def stop_all(self) -> bool:
+        """Call every registered ``stop()``; True if there was one."""
+        with self._lock:
+            stops = list(self._stops.values())
+        for stop in stops:
+            try:
+                stop()
+            except Exception:  # pragma: no cover - a stop must not break the others
+                pass
+        return bool(stops)
+
+    def handle_sigint(self, signum, frame) -> None:
+        if self.stop_all():
+            return
+        previous = self.previous
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+        # SIG_IGN (an idle kernel) or unknown: ignore, as before
+
+    def post_run_cell(self, result) -> None:
+        if isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt):
+            self.stop_all()
+
+    def install(self) -> bool:
+        """Hook into the IPython kernel of this process, if there is one (main thread only);
+        True when the idle-kernel SIGINT route is in place. Idempotent."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        try:
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover
+            return False
+        ip = get_ipython()
+        if ip is None:
+            return False
+        if self._events_of is not ip:
+            ip.events.register("post_run_cell", self.post_run_cell)
+            self._events_of = ip
+        kernel = getattr(ip, "kernel", None)
+        if kernel is None or not hasattr(kernel, "saved_sigint_handler"):
+            return False
+        if kernel.saved_sigint_handler != self.handle_sigint:
+            self.previous = kernel.saved_sigint_handler
+            kernel.saved_sigint_handler = self.handle_sigint
+        return True
+
+
+_INTERRUPTS = _InterruptStops()
+
+
+# ----------------------------------------------------------------------------------------------
 # Plots
 # ----------------------------------------------------------------------------------------------
+
+
+def _dot(points) -> str | None:
+    """The marker of a line through ``points``: a dot when there is one point (a one-point line
+    draws nothing), none otherwise."""
+    return "." if len(points) == 1 else None
 
 
 def draw_runs(run_dirs, labels=None, fig=None, window: int = 10, title: str | None = None):
@@ -128,16 +493,18 @@ def draw_runs(run_dirs, labels=None, fig=None, window: int = 10, title: str | No
         m = run["metrics"]
         if m:
             x = [r["wall_seconds"] for r in m]
+            dot = _dot(x)
             ax_r.plot(x, moving_average([r["reward_mean"] for r in m], window), color=c,
-                      label=f"{lab}: trainer batch")
+                      marker=dot, label=f"{lab}: trainer batch")
             sr = [(r["wall_seconds"], r["searcher_reward_mean"]) for r in m
                   if r.get("searcher_reward_mean") is not None]
             if sr:
                 ax_r.plot([a for a, _ in sr], moving_average([b for _, b in sr], window), color=c,
-                          ls="--", alpha=0.7, label=f"{lab}: newest rollouts")
-            ax_l.plot(x, moving_average([r["loss"] for r in m], window), color=c, label=lab)
-            ax_s.plot(x, [r["staleness_mean"] for r in m], color=c, label=f"{lab}: mean")
-            ax_s.plot(x, [r["staleness_max"] for r in m], color=c, ls=":", alpha=0.7,
+                          ls="--", alpha=0.7, marker=_dot(sr), label=f"{lab}: newest rollouts")
+            ax_l.plot(x, moving_average([r["loss"] for r in m], window), color=c, marker=dot,
+                      label=lab)
+            ax_s.plot(x, [r["staleness_mean"] for r in m], color=c, marker=dot, label=f"{lab}: mean")
+            ax_s.plot(x, [r["staleness_max"] for r in m], color=c, ls=":", alpha=0.7, marker=dot,
                       label=f"{lab}: max")
         ev = run["evals"]
         if ev:
@@ -219,10 +586,15 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
         seed: run seed.
         figure_name: the PNG written into ``output_dir``.
         stop_event: set it to end the run after the current update (passed to ``train``).
+            With ``live=True`` an interrupt of the kernel sets it too (a ``KeyboardInterrupt``
+            in the calling thread, or a SIGINT while the kernel is idle, the way a run started
+            from another thread sees it): the run ends, saved, its searchers stop, and the
+            ``KeyboardInterrupt`` is re-raised once it has. A run the stop event ended before
+            its budget gets a :data:`STOPPED_FILE` (the runs table says "stopped", not "done").
 
     Returns:
         {"summary": the run's summary dict, "run_dir": Path, "figure": Path of the PNG,
-         "fig": the matplotlib Figure}.
+         "fig": the matplotlib Figure, "stopped": True when the stop event ended the run early}.
 
     Raises:
         tba_lab.config.ConfigError: a bad knob value (before any process starts).
@@ -234,6 +606,7 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
 
     out = Path(output_dir)
     cfg = make_config(config_overrides, seconds, out, seed)  # validates before anything starts
+    (out / STOPPED_FILE).unlink(missing_ok=True)  # an earlier run in this directory
     dirs = [Path(d) for d in (compare_with or [])] + [out]
     labels = [d.name for d in dirs[:-1]] + [label or out.name]
     threads = torch.get_num_threads()  # train() sets the process-wide thread count; restore it
@@ -246,33 +619,80 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
 
             from tba_lab.lab.live import BackgroundRun
 
-            run = BackgroundRun(cfg, stop_event=stop_event).start()
-            fig = None
-            while not run.wait(poll_seconds):
-                if (out / "metrics.jsonl").exists():
-                    fig = draw_runs(dirs, labels, fig=fig)
-                    update(fig)
+            stop_event = stop_event if stop_event is not None else threading.Event()
+            _INTERRUPTS.install()
+            token = _INTERRUPTS.add(stop_event.set)
+            try:
+                run = BackgroundRun(cfg, stop_event=stop_event).start()
+                fig = None
+                try:
+                    while not run.wait(poll_seconds):
+                        if (out / "metrics.jsonl").exists():
+                            fig = draw_runs(dirs, labels, fig=fig)
+                            update(fig)
+                except KeyboardInterrupt:  # Ctrl-C in this thread: end the run, then re-raise
+                    stop_event.set()
+                    run.wait(None)  # a second Ctrl-C stops waiting; the run still ends
+                    if _stopped_early(run.summary, cfg):
+                        _mark_stopped(out, run.summary, cfg)
+                    raise
+            finally:
+                _INTERRUPTS.remove(token)
             result["summary"], result["error"] = run.summary, run.error
             if result["error"] is not None:
                 raise RuntimeError(f"training run in {out} failed: {result['error']}") from result["error"]
     finally:
         torch.set_num_threads(threads)
+    stopped = (stop_event is not None and stop_event.is_set()
+               and _stopped_early(result.get("summary"), cfg))
+    if stopped:
+        _mark_stopped(out, result["summary"], cfg)
     fig = draw_runs(dirs, labels)
     path = out / figure_name
     fig.savefig(path, dpi=110)
     if live:
         (on_update or (lambda f: None))(fig)
-    return {"summary": result.get("summary"), "run_dir": out, "figure": path, "fig": fig}
+    return {"summary": result.get("summary"), "run_dir": out, "figure": path, "fig": fig,
+            "stopped": stopped}
 
 
-def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
+#: The values of the explorer's log-scale knobs (1-2-5 steps).
+_BETAS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+_LEARNING_RATES = (1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3)
+
+
+def _options(values) -> list[tuple[str, float]]:
+    """(readout label, value) pairs of a ``SelectionSlider``."""
+    return [(f"{v:g}", v) for v in values]
+
+
+def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60,
+             overrides: dict | None = None):
     """Interactive controls for :func:`run_and_plot` (needs ipywidgets; Jupyter).
 
-    Each press of "Run" trains into ``output_root/run_NN`` with the current knob values and
-    draws it over the previous runs of this explorer ("Clear" forgets them). One run at a time.
+    Each press of "Run" trains into ``output_root/run_NN`` (:func:`next_run_dir`) with the
+    current knob values and draws it over the runs ticked under "overlay"; "Stop" (or
+    interrupting the kernel) ends it after the current update, saved. One run at a time.
+
+    Every run under ``output_root`` is a row of the runs table (:func:`list_runs`: settings and
+    results), rebuilt from disk when the explorer is built, so a restarted kernel finds its
+    earlier runs. "overlay" picks the runs drawn together ("Clear" empties it; the runs stay on
+    disk). "Compare A/B" draws runs A and B together and lists the settings they differ in
+    (:func:`compare_runs`); "Export A" writes run A's settings to ``run_A/export.yaml`` for
+    ``tba-lab train --config`` (:func:`export_config`).
+
+    Args:
+        output_root: the folder of the explorer's runs.
+        seconds: the budget slider's start value (rounded to its 10-s steps, 10 to 300).
+        overrides: nested config overrides merged over every run's knobs (e.g. smaller held-out
+            evaluations for a quick demo: ``{"task": {"eval_size": 20}}``).
 
     Returns:
-        an ``ipywidgets.VBox`` (display it, or leave it as a cell's last expression).
+        an ``ipywidgets.VBox`` (display it, or leave it as a cell's last expression), with CSS
+        classes for tests and styling: ``tba-explorer`` on the box; ``tba-explorer-run``,
+        ``-stop``, ``-clear`` (the buttons), ``-status``, ``-plot`` (the figure), ``-runs`` (the
+        runs table), ``-overlay``, ``-run-a``, ``-run-b``, ``-compare``, ``-diff``, ``-export``.
+        Its ``controls`` attribute maps those names (without the prefix) to the widgets.
     """
     try:
         import ipywidgets as W
@@ -283,15 +703,18 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
     lay = W.Layout(width="420px")
     algo = W.Dropdown(options=ALGORITHMS.names(), value="tb", description="algorithm", style=style, layout=lay)
     mode = W.Dropdown(options=("async", "sync"), value="async", description="mode", style=style, layout=lay)
-    beta = W.FloatLogSlider(value=0.1, base=10, min=-3, max=0.5, step=0.1, description="beta (KL coef.)",
-                            readout_format=".3g", style=style, layout=lay)
+    # Every slider's start value lies on its grid (min + k * step): the browser snaps the handle
+    # to the grid, and the readout would show another value than the run gets (100 read "101"
+    # on a min=1, step=10 slider). The log-scale knobs pick from 1-2-5 values, exactly.
+    beta = W.SelectionSlider(options=_options(_BETAS), value=0.1, description="beta (KL coef.)",
+                             style=style, layout=lay)
     anneal = W.Checkbox(value=False, description="anneal beta (TB only)", style=style, layout=lay)
-    beta_final = W.FloatLogSlider(value=0.02, base=10, min=-3, max=0.5, step=0.1, description="beta_final",
-                                  readout_format=".3g", style=style, layout=lay)
-    anneal_steps = W.IntSlider(value=100, min=1, max=1000, step=10, description="beta_anneal_steps",
+    beta_final = W.SelectionSlider(options=_options(_BETAS), value=0.02, description="beta_final",
+                                   style=style, layout=lay)
+    anneal_steps = W.IntSlider(value=100, min=10, max=1000, step=10, description="beta_anneal_steps",
                                style=style, layout=lay)
-    lr = W.FloatLogSlider(value=5e-5, base=10, min=-6, max=-3, step=0.1, description="learning rate",
-                          readout_format=".1e", style=style, layout=lay)
+    lr = W.SelectionSlider(options=_options(_LEARNING_RATES), value=5e-5, description="learning rate",
+                           style=style, layout=lay)
     k_gen = W.IntSlider(value=8, min=2, max=16, description="K (num_generations)", style=style, layout=lay)
     m = W.FloatSlider(value=0.8, min=0.0, max=1.0, step=0.05, description="m (recency_prob)",
                       style=style, layout=lay)
@@ -299,19 +722,74 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
                              style=style, layout=lay)
     sync_period = W.IntSlider(value=1, min=1, max=16, description="sync period k", style=style, layout=lay)
     searchers = W.IntSlider(value=1, min=1, max=4, description="searchers", style=style, layout=lay)
-    budget = W.IntSlider(value=int(seconds), min=10, max=300, step=10, description="budget (s)",
-                         style=style, layout=lay)
+    budget = W.IntSlider(value=min(300, max(10, 10 * round(seconds / 10))), min=10, max=300, step=10,
+                         description="budget (s)", style=style, layout=lay)
     run_btn = W.Button(description="Run", button_style="primary", icon="play")
     clear_btn = W.Button(description="Clear")
     stop_btn = W.Button(description="Stop", icon="stop")
-    stop_event = threading.Event()
     status = W.HTML(value="Set the knobs and press Run.")
-    image = W.Image(format="png", layout=W.Layout(width="900px"))
-    state = {"runs": [], "busy": False}
+    # hidden while empty: an Image without data shows the browser's broken-image icon
+    image = W.Image(format="png", layout=W.Layout(width="900px", display="none"))
+    table = W.HTML()
+    overlay = W.SelectMultiple(options=[], description="overlay", rows=5,
+                               layout=W.Layout(width="260px"))
+    pick_a = W.Dropdown(options=[], description="run A", layout=W.Layout(width="220px"))
+    pick_b = W.Dropdown(options=[], description="run B", layout=W.Layout(width="220px"))
+    compare_btn = W.Button(description="Compare A/B")
+    export_btn = W.Button(description="Export A", icon="download",
+                          tooltip="write run A's settings to run_A/export.yaml (tba-lab train --config)")
+    diff = W.HTML()
+    controls = {"run": run_btn, "stop": stop_btn, "clear": clear_btn, "status": status,
+                "plot": image, "runs": table, "overlay": overlay, "run-a": pick_a,
+                "run-b": pick_b, "compare": compare_btn, "diff": diff, "export": export_btn}
+    for name, widget in controls.items():
+        widget.add_class(f"tba-explorer-{name}")
+    stop_event = threading.Event()
+    state = {"busy": False, "current": None, "rows": []}
     root = Path(output_root)
+    extra = dict(overrides or {})
+    _INTERRUPTS.install()
 
     def set_image(fig):
         image.value = _png(fig)
+        image.layout.display = None
+
+    def clear_image():
+        image.value = b""
+        image.layout.display = "none"
+
+    def refresh(select: tuple | None = None):
+        """Rebuild the table and the run pickers from disk (``select``: the new overlay)."""
+        rows = list_runs(root)
+        for r in rows:
+            if state["busy"] and r["run"] == state["current"]:
+                r["status"] = "running"
+        state["rows"] = rows
+        names = [r["run"] for r in rows]
+        keep = tuple(n for n in (overlay.value if select is None else select) if n in names)
+        a, b = pick_a.value, pick_b.value
+        state["quiet"] = True  # no redraw while the options change
+        try:
+            overlay.options = names
+            overlay.value = keep
+            pick_a.options = names
+            pick_b.options = names
+            last, before = (names[-1] if names else None), (names[-2] if len(names) > 1 else None)
+            pick_a.value = a if a in names else (before or last)
+            pick_b.value = b if b in names else last
+        finally:
+            state["quiet"] = False
+        table.value = runs_table_html(rows, marked=keep)
+        return rows
+
+    def redraw(_=None):
+        if state.get("quiet") or state["busy"]:
+            return
+        table.value = runs_table_html(state["rows"], marked=overlay.value)
+        if overlay.value:
+            set_image(draw_runs([root / n for n in overlay.value], list(overlay.value)))
+        else:
+            clear_image()
 
     def knobs() -> dict:
         return knob_overrides(algo=algo.value, beta=beta.value,
@@ -321,14 +799,28 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
                               inv_temp=inv_temp.value, sync_period=sync_period.value,
                               num_searchers=searchers.value, mode=mode.value)
 
-    def work(overrides, out, label):
+    def on_interrupt():
+        stop_event.set()
+        status.value = "kernel interrupted: stopping the run after the current update..."
+
+    def work(overrides, out, label, token):
         t0 = time.time()
+        shown = tuple(overlay.value)
+        first = []
+
+        def on_update(fig):
+            set_image(fig)
+            if not first:  # the run's row appears in the table (status "running")
+                first.append(True)
+                refresh()
+
         try:
-            res = run_and_plot(overrides, budget.value, out, live=True, on_update=set_image,
-                               compare_with=list(state["runs"]), label=label, stop_event=stop_event)
+            res = run_and_plot(overrides, budget.value, out, live=True, on_update=on_update,
+                               compare_with=[root / n for n in shown], label=label,
+                               stop_event=stop_event)
             s = res["summary"] or {}
-            state["runs"].append(out)
-            status.value = (f"<b>{label}</b> done in {time.time() - t0:.0f} s: "
+            ended = "stopped" if res["stopped"] else "done"  # as the runs table says
+            status.value = (f"<b>{label}</b> {ended} after {time.time() - t0:.0f} s: "
                             f"{s.get('trainer_steps')} updates, accuracy "
                             f"{100 * (s.get('accuracy_before') or 0):.1f}% -> "
                             f"{100 * (s.get('accuracy_after') or 0):.1f}%, staleness mean "
@@ -336,47 +828,100 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60):
         except Exception as e:  # shown, never raised into the widget's thread
             status.value = f"<span style='color:#b00'>run failed: {type(e).__name__}: {e}</span>"
         finally:
+            _INTERRUPTS.remove(token)
             state["busy"] = False
             run_btn.disabled = False
+            try:  # the new run joins the overlay; run A = the previous run B, run B = the new run
+                previous_b = pick_b.value
+                refresh(select=(*shown, out.name))
+                if out.name in pick_b.options:
+                    pick_b.value = out.name
+                    if previous_b in pick_a.options and previous_b != out.name:
+                        pick_a.value = previous_b
+            except Exception:  # pragma: no cover - the table must not break the explorer
+                pass
 
     def on_run(_):
         from tba_lab.config import ConfigError
 
         if state["busy"]:
             return
+        _INTERRUPTS.install()
         try:
-            overrides = knobs()
-            n = len(list(root.glob("run_*"))) if root.exists() else 0
-            out = root / f"run_{n:02d}"
+            overrides = merge_overrides(knobs(), extra)
+            out = next_run_dir(root)
             make_config(overrides, budget.value, out)  # validate now, show errors at once
         except (ValueError, ConfigError) as e:
-            status.value = f"<span style='color:#b00'>bad setting: {e}</span>"
+            status.value = f"<span style='color:#b00'>bad setting: {html.escape(str(e))}</span>"
             return
         label = f"{out.name} {algo.value} beta={beta.value:.3g}"
-        state["busy"] = True
+        state["busy"], state["current"] = True, out.name
         stop_event.clear()
         run_btn.disabled = True
-        status.value = f"running <b>{label}</b> for {budget.value} s (plus start-up and evaluation)..."
-        threading.Thread(target=work, args=(overrides, out, label), daemon=True).start()
+        token = _INTERRUPTS.add(on_interrupt)
+        status.value = (f"running <b>{label}</b> for {budget.value} s (plus start-up and "
+                        f"evaluation); Stop or interrupting the kernel ends it early...")
+        threading.Thread(target=work, args=(overrides, out, label, token), daemon=True).start()
 
     def on_clear(_):
         if not state["busy"]:
-            state["runs"].clear()
-            image.value = b""
-            status.value = "Cleared; the next run is drawn alone."
+            overlay.value = ()
+            clear_image()
+            status.value = "Cleared the plot; the runs stay on disk and in the table."
 
     def on_stop(_):
         if state["busy"]:
             stop_event.set()
             status.value = "stopping after the current update (the run so far is saved)..."
 
+    def on_compare(_):
+        refresh()
+        a, b = pick_a.value, pick_b.value
+        if not a or not b:
+            status.value = "pick two runs (run A, run B) to compare"
+            return
+        rows = {r["run"]: r for r in state["rows"]}
+        try:
+            diff.value = comparison_html(rows[a], rows[b], compare_runs(root / a, root / b))
+        except (OSError, ValueError, KeyError) as e:
+            diff.value = f"<span style='color:#b00'>cannot compare: {html.escape(str(e))}</span>"
+            return
+        if not state["busy"]:
+            overlay.value = (a,) if a == b else (a, b)
+
+    def on_export(_):
+        a = pick_a.value
+        if not a:
+            status.value = "pick run A to export"
+            return
+        try:
+            path = export_config(root / a)
+        except Exception as e:  # a run of an older kit may not validate: say so
+            status.value = f"<span style='color:#b00'>export failed: {html.escape(str(e))}</span>"
+            return
+        status.value = (f"exported the settings of <b>{a}</b> to {path}; train with "
+                        f"<code>tba-lab train --config {path}</code>")
+
     run_btn.on_click(on_run)
     stop_btn.on_click(on_stop)
     clear_btn.on_click(on_clear)
+    compare_btn.on_click(on_compare)
+    export_btn.on_click(on_export)
+    overlay.observe(redraw, names="value")
+    rows = refresh()
+    if rows:
+        status.value = (f"{len(rows)} earlier run(s) in {html.escape(str(root))} (table below): "
+                        f"tick them under overlay to draw them, pick two to compare, or press Run.")
     left = W.VBox([algo, mode, beta, anneal, beta_final, anneal_steps, lr])
     right = W.VBox([k_gen, m, inv_temp, sync_period, searchers, budget])
-    return W.VBox([W.HBox([left, right]), W.HBox([run_btn, stop_btn, clear_btn]), status, image])
+    runs_box = W.HBox([overlay, W.VBox([pick_a, pick_b, W.HBox([compare_btn, export_btn])]), diff])
+    box = W.VBox([W.HBox([left, right]), W.HBox([run_btn, stop_btn, clear_btn]), status, image,
+                  W.HTML("<b>Runs</b> (from disk; bold: drawn)"), table, runs_box])
+    box.add_class("tba-explorer")
+    box.controls = controls
+    return box
 
 
-__all__ = ["moving_average", "read_run", "knob_overrides", "merge_overrides", "make_config", "draw_runs",
-           "run_and_plot", "explorer"]
+__all__ = ["STOPPED_FILE", "moving_average", "read_run", "knob_overrides", "merge_overrides", "make_config", "draw_runs",
+           "run_and_plot", "explorer", "list_runs", "compare_runs", "export_config", "next_run_dir",
+           "read_settings", "flatten_config", "runs_table_html", "comparison_html"]

@@ -7,12 +7,20 @@
 ``load_weights`` with Hugging Face parameter names, the form an engine with its own copy of the
 model (vLLM's ``model.load_weights``) accepts too.
 
-Responses are returned as token-id lists cut right after the first EOS (the EOS is kept, so a
-tokenizer whose pad token equals its EOS token still has its terminating EOS inside the
-response mask). A response that hit ``max_new_tokens`` has no EOS.
+Responses are returned as token-id lists cut right after the first EOS, of ANY id the checkpoint
+declares (:func:`eos_token_ids`: a chat model's end-of-turn token ends a response as its EOS
+does). The EOS is kept, so a tokenizer whose pad token equals its EOS token still has its
+terminating EOS inside the response mask. A response that hit ``max_new_tokens`` has no EOS.
+
+Sampling is plain softmax(logits / temperature) over the full vocabulary, the distribution the
+trainer's loss and :func:`~tba_lab.rollout.scoring.response_logprobs` assume: nothing a
+checkpoint's ``generation_config.json`` asks for (repetition penalty, banned words, top-k, ...)
+applies (:func:`plain_generation_config`).
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
@@ -41,9 +49,13 @@ class GenerationBackend(Protocol):
     Attributes:
         name: the ``model.backend`` value that selects it.
         tokenizer: a Hugging Face tokenizer with ``pad_token_id`` and ``eos_token_id`` set.
+        eos_ids: every token id that ends a response (:func:`eos_token_ids`); responses are
+            cut after the first of any of them. :func:`~tba_lab.rollout.rollout` falls back
+            to ``[tokenizer.eos_token_id]`` for a backend without it.
     """
     name: str
     tokenizer: object
+    eos_ids: list[int]
 
     @classmethod
     def build(cls, cfg, model, tokenizer) -> "GenerationBackend":
@@ -67,12 +79,84 @@ def make_backend(cfg, model, tokenizer) -> GenerationBackend:
     return BACKENDS.get(cfg.model.backend).build(cfg, model, tokenizer)
 
 
-def cut_at_eos(tokens: list[int], eos_id: int) -> list[int]:
-    """``tokens`` up to and including the first ``eos_id`` (all of them if there is none)."""
-    try:
-        return tokens[: tokens.index(eos_id) + 1]
-    except ValueError:
-        return tokens
+def cut_at_eos(tokens: list[int], eos_ids: int | Iterable[int]) -> list[int]:
+    """``tokens`` up to and including the first of the ``eos_ids`` (one id or several; all of
+    ``tokens`` if none occurs)."""
+    stop = {eos_ids} if isinstance(eos_ids, int) else set(eos_ids)
+    for i, t in enumerate(tokens):
+        if t in stop:
+            return tokens[: i + 1]
+    return tokens
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """Every token id that ends a response: the tokenizer's ``eos_token_id``, then
+    ``model.config.eos_token_id`` and ``model.generation_config.eos_token_id`` (each an int, a
+    list of ints or None), in that order without repeats. Chat checkpoints declare their
+    end-of-turn token there besides EOS (Llama 3: ``[128001, 128008, 128009]`` in
+    ``generation_config.json``), and ``generate`` stops on any of them.
+
+    Returns:
+        list of ints, empty when nothing declares an EOS.
+    """
+    ids = []
+    for source in (tokenizer, getattr(model, "config", None), getattr(model, "generation_config", None)):
+        value = getattr(source, "eos_token_id", None)
+        for i in [value] if isinstance(value, int) else (value or []):
+            if int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def plain_generation_config(temperature: float, num_return_sequences: int, max_new_tokens: int,
+                            eos_ids: list[int], pad_id: int):
+    """A fresh ``transformers.GenerationConfig`` with only the kit's own settings.
+
+    Sampling (``temperature > 0``): softmax(logits / temperature) over the full vocabulary
+    (``top_k=0``, ``top_p=1.0``; transformers' default top_k is 50), the distribution the
+    trainer's loss assumes (docs/design.md sec. 1); ``temperature == 0``: greedy. Raw logits are
+    returned (``output_logits``) for the behaviour log-probs. Everything else keeps
+    transformers' neutral defaults (repetition_penalty 1.0, no banned or suppressed tokens, no
+    minimum length, ...). ``generate`` still fills this config's unset fields from
+    ``model.generation_config``, so pass it inside :func:`_checkpoint_defaults_off`.
+
+    Args:
+        temperature: sampling temperature (> 0), or 0 for greedy decoding.
+        num_return_sequences: rows generated per input row (K, or 1 when already expanded).
+        max_new_tokens: response length cap, tokens.
+        eos_ids: every token id that stops a row (:func:`eos_token_ids`).
+        pad_id: the id finished rows are padded with.
+    """
+    from transformers import GenerationConfig
+
+    greedy = temperature == 0
+    sampling = {} if greedy else dict(temperature=temperature, top_k=0, top_p=1.0)
+    return GenerationConfig(do_sample=not greedy, max_new_tokens=max_new_tokens,
+                            num_return_sequences=num_return_sequences, eos_token_id=list(eos_ids),
+                            pad_token_id=pad_id, return_dict_in_generate=True,
+                            output_logits=not greedy, **sampling)
+
+
+_SWAP_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _checkpoint_defaults_off(model):
+    """Inside the block ``model.generation_config`` is an empty ``GenerationConfig``, so
+    ``generate(generation_config=...)`` fills the unset fields from transformers' neutral
+    defaults, not from the checkpoint (transformers 5: ``_prepare_generation_config`` copies
+    every ``None`` field of the passed config from ``model.generation_config``, e.g. a
+    checkpoint's ``repetition_penalty``, ``bad_words_ids`` or ``suppress_tokens``). Restored
+    after, so saving the model keeps the checkpoint's file; one thread at a time."""
+    from transformers import GenerationConfig
+
+    with _SWAP_LOCK:
+        saved = model.generation_config
+        model.generation_config = GenerationConfig()
+        try:
+            yield
+        finally:
+            model.generation_config = saved
 
 
 @BACKENDS.register
@@ -83,11 +167,22 @@ class TransformersBackend:
     to the K rows before ``generate`` continues (``share_prompts``; about a third less time per
     batch on the embedded task, same distribution).
 
+    Only the kit's settings reach ``generate`` (:func:`plain_generation_config`: sampling or
+    greedy, temperature, length cap, EOS and pad ids, K); whatever the checkpoint's
+    ``generation_config.json`` asks for does not apply, and ``model.generation_config`` is left
+    as loaded.
+
     Args:
         model: a causal LM (``PreTrainedModel``) in eval mode; updated in place by weight syncs.
-        tokenizer: its tokenizer; ``pad_token_id`` and ``eos_token_id`` must be set.
+        tokenizer: its tokenizer; ``pad_token_id`` must be set (may equal an EOS id).
         share_prompts: False expands the prompts K times before a full prefill (plain
             ``num_return_sequences``).
+
+    Attributes:
+        eos_ids: :func:`eos_token_ids` of ``model`` and ``tokenizer``; any of them stops a row.
+
+    Raises:
+        ValueError: no pad token, or no EOS id declared anywhere (responses could never end).
     """
 
     name = "transformers"
@@ -95,9 +190,11 @@ class TransformersBackend:
     def __init__(self, model, tokenizer, share_prompts: bool = True):
         self.model, self.tokenizer = model, tokenizer
         self.share_prompts = share_prompts
-        self.pad_id, self.eos_id = tokenizer.pad_token_id, tokenizer.eos_token_id
-        if self.pad_id is None or self.eos_id is None:
-            raise ValueError("tokenizer needs pad_token_id and eos_token_id set")
+        self.pad_id, self.eos_ids = tokenizer.pad_token_id, eos_token_ids(model, tokenizer)
+        if self.pad_id is None or not self.eos_ids:
+            raise ValueError("the tokenizer needs pad_token_id set and an EOS id (tokenizer "
+                             "eos_token_id, or eos_token_id in the model's config); "
+                             "load the model with tba_lab.models.load_policy, which sets both")
 
     @classmethod
     def build(cls, cfg, model, tokenizer) -> "TransformersBackend":
@@ -140,9 +237,7 @@ class TransformersBackend:
             ValueError: empty ``prompts`` or an empty prompt.
         """
         ids, mask = left_pad(prompts, self.pad_id)
-        greedy = temperature == 0
-        sampling = {} if greedy else dict(temperature=temperature, top_k=0, top_p=1.0)
-        extra = {"num_return_sequences": num_generations}
+        greedy, rows_per_prompt, extra = temperature == 0, num_generations, {}
         if num_generations > 1 and ids.shape[1] > 1 and self.share_prompts:
             # Shared prefill: the prompt (all but its last token) runs once per prompt, not K
             # times; its cache is copied to the K rows, and generate() continues from it.
@@ -153,13 +248,14 @@ class TransformersBackend:
                              use_cache=True, logits_to_keep=1)
             cache = getattr(pre, kw)
             cache.reorder_cache(rows)
-            ids, mask, extra = ids[rows], mask[rows], {kw: cache}
-        out = self.model.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-            do_sample=not greedy, pad_token_id=self.pad_id, eos_token_id=self.eos_id,
-            return_dict_in_generate=True, output_logits=not greedy, **extra, **sampling)
+            ids, mask, extra, rows_per_prompt = ids[rows], mask[rows], {kw: cache}, 1
+        config = plain_generation_config(temperature, rows_per_prompt, max_new_tokens,
+                                         self.eos_ids, self.pad_id)
+        with _checkpoint_defaults_off(self.model):
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                                      **extra)
         new = out.sequences[:, ids.shape[1]:]  # (N*K, S) with S <= max_new_tokens, prompt-major
-        responses = [cut_at_eos(row, self.eos_id) for row in new.tolist()]
+        responses = [cut_at_eos(row, self.eos_ids) for row in new.tolist()]
         if greedy:
             return Generations(responses, [[] for _ in responses])
         logits = torch.stack(out.logits, dim=1).float() / temperature  # (N*K, S, V) raw logits

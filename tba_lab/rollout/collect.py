@@ -7,12 +7,15 @@ It returns a :class:`RolloutBatch`, which is also the message a searcher sends t
 """
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
 
 from tba_lab.buffer import Rollout
+from tba_lab.rollout.backend import cut_at_eos
 from tba_lab.rollout.scoring import response_logprobs
 
 
@@ -20,14 +23,20 @@ from tba_lab.rollout.scoring import response_logprobs
 class RolloutBatch:
     """B prompts x K responses, prompt-major (rows i*K .. i*K+K-1 answer problem i).
 
+    Rows whose reward is NaN or infinite are dropped (``nonfinite_rewards`` counts them), so a
+    group may hold fewer than K rows; the order of the rest is unchanged.
+
     Attributes:
-        rollouts: the N = B*K :class:`~tba_lab.buffer.Rollout` items, ready for the buffer.
+        rollouts: the N = B*K - nonfinite_rewards :class:`~tba_lab.buffer.Rollout` items,
+            ready for the buffer.
         completions: the N decoded responses (special tokens removed), what the task scored.
         version: the policy version (trainer updates) that generated them.
         searcher_id: which searcher sent it (0 outside a searcher).
         t_start, t_end: ``time.time()`` when generation began and scoring ended (seconds).
         gen_seconds: generation wall clock; score_seconds: decoding, rewards and the reference
             pass (seconds).
+        nonfinite_rewards: rows dropped because the task returned a NaN or infinite reward
+            for them, or raised on them alone (never trained on; a warning says how many).
     """
     rollouts: list[Rollout]
     completions: list[str]
@@ -37,11 +46,45 @@ class RolloutBatch:
     t_end: float = 0.0
     gen_seconds: float = 0.0
     score_seconds: float = 0.0
+    nonfinite_rewards: int = 0
 
     @property
     def rewards(self) -> list[float]:
         """The N raw rewards, prompt-major."""
         return [r.reward for r in self.rollouts]
+
+
+def _score(task, problems: list, completions: list[str]) -> list[float]:
+    """``task.rewards`` of a batch as floats. If the batch call raises, each row is scored
+    alone and a row that still raises gets NaN (so it is dropped and counted like a non-finite
+    reward), with a warning naming the error: one bad completion or problem must not kill a
+    searcher. When no row can be scored the batch's exception is raised (a broken reward
+    function stops the searcher, and the trainer's failure policy takes over).
+
+    Raises:
+        ValueError: the task returned a number of rewards other than ``len(completions)``.
+        Exception: the batch call's own exception, when no row scores.
+    """
+    n = len(completions)
+    try:
+        rewards = [float(r) for r in task.rewards(problems, completions)]
+    except Exception as batch_error:
+        rewards = []
+        for problem, completion in zip(problems, completions):
+            try:
+                [r] = task.rewards([problem], [completion])
+                rewards.append(float(r))
+            except Exception:
+                rewards.append(math.nan)
+        if not any(math.isfinite(r) for r in rewards):
+            raise batch_error
+        failed = sum(not math.isfinite(r) for r in rewards)
+        warnings.warn(f"task {task.name!r}: rewards raised {type(batch_error).__name__}: "
+                      f"{batch_error}; scored row by row, {failed} of {n} rows could not be "
+                      f"scored and are dropped", RuntimeWarning, stacklevel=3)
+    if len(rewards) != n:
+        raise ValueError(f"task {task.name!r} returned {len(rewards)} rewards for {n} completions")
+    return rewards
 
 
 def rollout(backend, task, problems: list, num_generations: int, temperature: float,
@@ -63,8 +106,14 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
         problem_ids: B ints identifying the problems (the buffer groups by them); default
             ``0 .. B-1``.
 
+    Responses are cut after the first of the backend's ``eos_ids`` (any declared EOS; the
+    tokenizer's EOS for a backend without the attribute) before they are decoded, scored and
+    masked, so nothing past the end of a response reaches the reward or the loss.
+
     Returns:
-        :class:`RolloutBatch` with B*K prompt-major rows.
+        :class:`RolloutBatch` with B*K prompt-major rows, less those whose reward is NaN or
+        infinite or could not be computed (the task raised on that row alone; see
+        :func:`_score`): dropped with a ``RuntimeWarning``, counted in ``nonfinite_rewards``.
 
     Raises:
         ValueError: ``problems`` empty, ``problem_ids`` of another length, the task returned a
@@ -83,21 +132,29 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
     prompt_ids = tokenizer([task.format_prompt(p) for p in problems])["input_ids"]  # B lists
     gen = backend.generate(prompt_ids, K, temperature=temperature, max_new_tokens=max_new_tokens)
     t1 = time.time()
-    completions = tokenizer.batch_decode(gen.responses, skip_special_tokens=True)  # B*K strings
+    eos_ids = getattr(backend, "eos_ids", None) or [tokenizer.eos_token_id]
+    responses = [cut_at_eos(r, eos_ids) for r in gen.responses]            # B*K, at the first EOS
+    behaviour = [lp[:len(r)] for lp, r in zip(gen.token_logps, responses)]  # [] when greedy
+    completions = tokenizer.batch_decode(responses, skip_special_tokens=True)  # B*K strings
     rows = [j // K for j in range(B * K)]                                  # row -> problem index
-    rewards = [float(r) for r in task.rewards([problems[i] for i in rows], completions)]
-    if len(rewards) != B * K:
-        raise ValueError(f"task {task.name!r} returned {len(rewards)} rewards for {B * K} completions")
+    rewards = _score(task, [problems[i] for i in rows], completions)
+    keep = [j for j in range(B * K) if math.isfinite(rewards[j])]         # kept rows, in order
+    if len(keep) < B * K:
+        warnings.warn(f"task {task.name!r}: {B * K - len(keep)} of {B * K} rewards are non-finite "
+                      f"(NaN or inf); those rows are dropped (never trained on); fix the reward "
+                      f"function to return finite floats", RuntimeWarning, stacklevel=2)
     ref = None
-    if reference is not None:
+    if reference is not None and keep:
         with torch.no_grad():
-            ref, _ = response_logprobs(reference, [prompt_ids[i] for i in rows], gen.responses,
-                                       tokenizer.pad_token_id, temperature)  # (B*K, R)
+            ref, _ = response_logprobs(reference, [prompt_ids[rows[j]] for j in keep],
+                                       [responses[j] for j in keep], tokenizer.pad_token_id,
+                                       temperature)  # (len(keep), R), rows as in keep
     now = time.time()
-    rollouts = [Rollout(prompt_id=ids[i], prompt_ids=prompt_ids[i], response_ids=resp,
-                        reward=rewards[j],
-                        ref_token_logps=None if ref is None else ref[j, :len(resp)].tolist(),
-                        behaviour_token_logps=gen.token_logps[j], version=version, created=now)
-                for j, (i, resp) in enumerate(zip(rows, gen.responses))]
-    return RolloutBatch(rollouts=rollouts, completions=completions, version=version, t_start=t0,
-                        t_end=now, gen_seconds=t1 - t0, score_seconds=now - t1)
+    rollouts = [Rollout(prompt_id=ids[rows[j]], prompt_ids=prompt_ids[rows[j]],
+                        response_ids=responses[j], reward=rewards[j],
+                        ref_token_logps=None if ref is None else ref[n, :len(responses[j])].tolist(),
+                        behaviour_token_logps=behaviour[j], version=version, created=now)
+                for n, j in enumerate(keep)]
+    return RolloutBatch(rollouts=rollouts, completions=[completions[j] for j in keep],
+                        version=version, t_start=t0, t_end=now, gen_seconds=t1 - t0,
+                        score_seconds=now - t1, nonfinite_rewards=B * K - len(keep))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tba_lab.paths import DEFAULT_TASK_DIR
 from tba_lab.registry import TASKS
-from tba_lab.tasks.gsm8k import GSM8KTask, read_jsonl
+from tba_lab.tasks.gsm8k import _REQUIRED_FIELDS, GSM8KTask, read_jsonl
 
 NAMES = ["Tom", "Ana", "Ben", "Mia", "Sam", "Lily", "Omar", "Zoe", "Leo", "Eva", "Raj", "Kim"]
 PRONOUN = {"Tom": "He", "Ben": "He", "Sam": "He", "Omar": "He", "Leo": "He", "Raj": "He",
@@ -103,7 +103,6 @@ def make_splits(seed: int = 0, num_train: int = 20000, num_test: int = 1000) -> 
     return train, test
 
 
-@TASKS.register
 class ArithmeticTask(GSM8KTask):
     """The embedded task: GSM8K-format JSONL files read directly (no ``datasets``, no cache)."""
     name = "arithmetic"
@@ -120,8 +119,18 @@ class ArithmeticTask(GSM8KTask):
                   f"embedded task or point it at a GSM8K-format JSONL file")
 
     def load(self, split: str) -> list[dict]:
-        return read_jsonl(self.source(split))
+        """Problems of ``split`` ("train" or "test") from its JSONL file.
 
+        Raises:
+            FileNotFoundError: the file does not exist.
+            ValueError: another split, or a line that is not JSON or lacks a string
+                ``question`` / ``answer`` (the message gives ``path:LINE:`` and the fix).
+        """
+        return read_jsonl(self.source(split), required=_REQUIRED_FIELDS)
+
+
+if __name__ != "__main__":  # `python -m` runs a second copy; the package's own one registers
+    TASKS.register(ArithmeticTask)
 
 if __name__ == "__main__":
     for row in make_splits(seed=0, num_train=4, num_test=1)[0]:

@@ -226,9 +226,12 @@ def load_gsm8k(
 
     Source resolution (``~`` is expanded):
 
-    * existing local **file** ending in ``.jsonl`` / ``.json``:
+    * existing local **file** ending in ``.jsonl``: :func:`read_jsonl`, whose
+      errors name the line (a single file has one split; ``split`` and
+      ``config`` are ignored);
+    * existing local **file** ending in ``.json``:
       ``datasets.load_dataset("json", data_files=path, split="train")``
-      (a single file has one split; ``split`` and ``config`` are ignored);
+      (``split`` and ``config`` ignored, as above);
     * existing local **directory**: ``datasets.load_dataset(path, split=split)``
       (``config`` ignored);
     * anything else is a hub name:
@@ -253,12 +256,18 @@ def load_gsm8k(
             ``./``, ``../`` or ``~``) but does not exist.
         ValueError: an existing file without a ``.jsonl``/``.json`` suffix;
             a negative ``limit``; a row missing ``question``/``answer`` (the
-            message names the field and row) or with a non-string value.
+            message names the field and row, and for a ``.jsonl`` file the
+            line) or with a non-string value; a ``.jsonl`` line that is not a
+            JSON object (the message gives ``path:LINE:``).
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
 
     path = Path(path_or_name).expanduser()
+    if path.is_file() and path.name.lower().endswith(".jsonl"):
+        rows = read_jsonl(path, required=_REQUIRED_FIELDS)  # errors name the line
+        rows = rows if limit is None else rows[:limit]
+        return [{"question": r["question"], "answer": r["answer"]} for r in rows]
     import datasets  # lazy: heavy import
 
     if path.is_file():
@@ -315,41 +324,60 @@ def write_jsonl(rows: Iterable[dict], path: str | os.PathLike) -> int:
     return n
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
+def read_jsonl(path: str | os.PathLike, required: Iterable[str] = ()) -> list[dict]:
     """Read a JSON Lines file without ``datasets`` (fast, no cache).
 
     Blank lines are skipped.
 
     Args:
         path: a ``.jsonl`` file.
+        required: fields every row must have, each a string (GSM8K rows:
+            ``("question", "answer")``); ``()`` checks none.
 
     Returns:
         ``list[dict]`` -- one dict per non-blank line, in file order.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: a line is not valid JSON or not a JSON object (message
-            gives the 1-based line number).
+        ValueError: a line is not valid JSON, not a JSON object, or lacks a
+            ``required`` field (or has a non-string one); the message starts
+            with ``path:LINE:`` (1-based) and says what is wrong and the fix.
     """
     path = Path(path).expanduser()
+    required = tuple(required)
     rows = []
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line.rstrip("\r\n"))  # columns count within the line
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON: {e.msg}") from e
+                raise ValueError(
+                    f"{path}:{lineno}: invalid JSON ({e.msg}, column {e.colno}); fix: make "
+                    f"the line one JSON object or delete it"
+                ) from None
             if not isinstance(row, dict):
                 raise ValueError(
-                    f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}"
+                    f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}; "
+                    f"fix: make the line one JSON object or delete it"
                 )
+            for field in required:
+                if row.get(field) is None:
+                    raise ValueError(
+                        f"{path}:{lineno}: row {len(rows)} (0-based; line {lineno}) is missing "
+                        f"required field {field!r} (rows need {list(required)}; this line "
+                        f"has {sorted(row)}); fix: add the field or delete the line"
+                    )
+                if not isinstance(row[field], str):
+                    raise ValueError(
+                        f"{path}:{lineno}: field {field!r} must be str, got "
+                        f"{type(row[field]).__name__}; fix: quote the value"
+                    )
             rows.append(row)
     return rows
 
 
-@TASKS.register
 class GSM8KTask(Task):
     """GSM8K (Cobbe et al. 2021) as a task: exact-match reward, greedy accuracy held out.
 
@@ -394,3 +422,9 @@ class GSM8KTask(Task):
 
     def metrics(self, problems, completions, rewards) -> dict[str, float]:
         return {"accuracy": sum(rewards) / len(rewards)}
+
+
+# Registered after the class is bound: registering loads the built-in task modules, and
+# tba_lab.tasks.arithmetic imports GSM8KTask from here (a decorator would register before the
+# name exists, so importing this module first failed with a circular import).
+TASKS.register(GSM8KTask)

@@ -1,0 +1,112 @@
+"""Resumable checkpoints of a training run: one file, written atomically.
+
+``output_dir/checkpoint.pt`` holds everything :func:`tba_lab.trainer.train` needs to continue a
+run where it stopped (``tba-lab train --resume DIR``):
+
+* the policy's ``state_dict`` and the optimizer's (AdamW moments, step counts), the
+  algorithm's own parameters (a learned log Z), the trainer step;
+* the schedule position: training seconds used so far (the linear learning-rate schedule and
+  the time budget continue from it) and the step (beta's annealing follows the step);
+* the replay buffer (items, refreshed set, its sampling RNG), the trainer's RNG states
+  (``torch``, ``random``), the run log's counters and summary so far;
+* the run's config, to refuse a resume with another model, task or algorithm.
+
+Writing: ``torch.save`` to a temporary file in the same folder, ``fsync``, then ``os.replace``
+over ``checkpoint.pt`` (atomic on POSIX), then ``fsync`` of the folder. A SIGKILL or power loss
+during a write leaves the previous checkpoint intact and a ``checkpoint.pt.*.tmp`` file, which
+the next resume deletes. Reading uses ``torch.load(weights_only=True)``: plain tensors and
+containers only, no code runs.
+
+What a resume does NOT restore: the searchers' state. They restart from the newest weights with
+new seeds, and whatever was in flight between searchers and trainer is generated again. Async
+runs are not bitwise reproducible anyway (they depend on timing).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+CHECKPOINT_NAME = "checkpoint.pt"
+FORMAT = 1
+# Fields that must match between the checkpoint and the resuming config (the run's identity).
+IDENTITY = (("model", "path"), ("algo",), ("task", "name"), ("training", "num_generations"))
+
+
+def checkpoint_path(output_dir: str | os.PathLike) -> Path:
+    """``output_dir/checkpoint.pt``."""
+    return Path(output_dir) / CHECKPOINT_NAME
+
+
+def save_checkpoint(output_dir: str | os.PathLike, state: dict) -> Path:
+    """Write ``state`` (tensors and plain containers) to ``output_dir/checkpoint.pt`` atomically.
+
+    Returns:
+        the checkpoint's path.
+    """
+    path = checkpoint_path(output_dir)
+    fd, tmp = tempfile.mkstemp(prefix=CHECKPOINT_NAME + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"format": FORMAT, **state}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself reaches the disk
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def load_checkpoint(output_dir: str | os.PathLike) -> dict:
+    """Read ``output_dir/checkpoint.pt`` (and delete temporary files of interrupted writes).
+
+    Raises:
+        FileNotFoundError: there is no checkpoint in ``output_dir`` (with what to do).
+        ValueError: the file is not a checkpoint of a known format.
+    """
+    path = checkpoint_path(output_dir)
+    for tmp in path.parent.glob(CHECKPOINT_NAME + ".*.tmp"):
+        tmp.unlink()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"--resume {output_dir}: no {CHECKPOINT_NAME} there (a run writes one every "
+            f"training.save_seconds / training.save_steps and when it stops); give the "
+            f"output_dir of a run that trained for a while, or start a new run without --resume")
+    state = torch.load(path, weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a tba-lab checkpoint of format {FORMAT}")
+    return state
+
+
+def check_same_run(saved_config: dict, cfg) -> None:
+    """Refuse to resume with another model, algorithm, task or group size.
+
+    Args:
+        saved_config: the checkpoint's ``config`` (``RunConfig.to_dict()``).
+        cfg: the resuming :class:`~tba_lab.config.RunConfig`.
+    Raises:
+        tba_lab.config.ConfigError: naming the field, both values and the fix.
+    """
+    from tba_lab.config import ConfigError
+
+    now = cfg.to_dict()
+    for keys in IDENTITY:
+        old, new = saved_config, now
+        for k in keys:
+            old, new = old.get(k) if isinstance(old, dict) else None, new.get(k)
+        if old != new:
+            name = ".".join(keys)
+            raise ConfigError(
+                f"--resume: the checkpoint was trained with {name}={old!r} but this config says "
+                f"{name}={new!r}; a resumed run must keep its model, algorithm, task and group "
+                f"size. Drop the override to continue the run, or start a new run in another "
+                f"output_dir")

@@ -1,0 +1,93 @@
+"""A fault-injecting task for the reliability tests (``task.name: faulty_test``).
+
+It is the arithmetic task, except that inside a searcher process its reward function fails as
+the ``fault`` options section says. Spawned searchers import this module by name (the task
+class travels by reference), so it lives in the ``tests`` package, not in a test file.
+
+Kinds (``fault.kind``): ``raise`` (an exception), ``exit`` (the process kills itself with
+SIGKILL), ``hang`` (sleeps for an hour), ``nan`` (rewards 0 and 1 of each batch are +inf and
+NaN), ``nan_all`` (every reward NaN), ``zero`` (every reward is 0). ``fault.times`` limits how many searcher processes fail (counted
+with marker files in ``fault.marker_dir``; 0 = every time), ``fault.searcher`` picks the
+searcher id that fails (-1 = any), ``fault.after`` lets that many reward calls pass first.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tba_lab.registry import TASKS
+from tba_lab.tasks.arithmetic import ArithmeticTask
+
+
+class FaultInjected(RuntimeError):
+    pass
+
+
+@dataclass
+class FaultConfig:
+    kind: str = "raise"
+    times: int = 0
+    searcher: int = -1
+    after: int = 0
+    marker_dir: str = ""
+
+    def validate(self) -> None:
+        pass
+
+
+@TASKS.register
+class FaultyTask(ArithmeticTask):
+    name = "faulty_test"
+    config_class = FaultConfig
+    section = "fault"
+
+    def __init__(self, cfg=None):
+        super().__init__(cfg)
+        self.fault = cfg.fault if cfg is not None else FaultConfig()
+        self.calls = 0
+
+    def _armed(self) -> bool:
+        """Whether this call fails: once a searcher process is chosen to fail (``times``
+        counts processes), every later call in it fails too, so a row-by-row retry of the
+        batch cannot hide the fault."""
+        if getattr(self, "failing", False):
+            return True
+        name = multiprocessing.current_process().name
+        if not name.startswith("tba-searcher-"):
+            return False  # the trainer's own evaluation never fails
+        if self.fault.searcher >= 0 and name != f"tba-searcher-{self.fault.searcher}":
+            return False
+        self.calls += 1
+        if self.calls <= self.fault.after:
+            return False
+        if self.fault.times:
+            markers = Path(self.fault.marker_dir)
+            if len(list(markers.glob("failed-*"))) >= self.fault.times:
+                return False
+            (markers / f"failed-{os.getpid()}").touch()
+        self.failing = True
+        return True
+
+    def rewards(self, problems, completions):
+        rewards = super().rewards(problems, completions)
+        if self.fault.kind == "zero":
+            return [0.0] * len(rewards)
+        if not self._armed():
+            return rewards
+        kind = self.fault.kind
+        if kind == "raise":
+            raise FaultInjected("injected reward failure")
+        if kind == "exit":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if kind == "hang":
+            time.sleep(3600)
+        if kind == "nan_all":
+            return [math.nan] * len(rewards)
+        if kind == "nan":  # the first prompt's first two rows
+            return [math.inf, math.nan] + list(rewards[2:])
+        raise ValueError(f"fault.kind={kind!r}")

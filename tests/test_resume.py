@@ -1,0 +1,189 @@
+"""Resumable runs: atomic checkpoints, exact restore of the trainer's state, SIGKILL then
+``tba-lab train --resume``, and refusal to resume with another model or algorithm."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from tba_lab.buffer import ReplayBuffer, Rollout
+from tba_lab.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from tba_lab.config import ConfigError, from_dict
+
+
+def test_checkpoint_survives_sigkill_during_a_write(tmp_path):
+    """A child rewrites a 40 MB checkpoint in a loop and is SIGKILLed mid-way: the file on disk
+    is always a complete checkpoint, and the next load deletes the half-written temporary."""
+    code = (
+        "import sys, torch\n"
+        "from tba_lab.checkpoint import save_checkpoint\n"
+        "i = 0\n"
+        "while True:\n"
+        "    i += 1\n"
+        "    save_checkpoint(sys.argv[1], {'step': i, 'x': torch.full((10_000_000,), float(i))})\n"
+        "    print(i, flush=True)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline().strip() == "1"  # one complete checkpoint exists
+    for _ in range(3):  # land the kill at some point of a later write
+        child.stdout.readline()
+    time.sleep(random.uniform(0.0, 0.2))
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    state = load_checkpoint(tmp_path)
+    assert state["step"] >= 3 and torch.equal(state["x"], torch.full((10_000_000,), float(state["step"])))
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_no_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint.pt there"):
+        load_checkpoint(tmp_path)
+
+
+def _rollouts(n_prompts=6, k=4, seed=0):
+    g = random.Random(seed)
+    return [Rollout(prompt_id=p, prompt_ids=[1, 5 + p], response_ids=[7, 8, 2],
+                    reward=g.random(), ref_token_logps=[-1.0, -1.0, -1.0],
+                    behaviour_token_logps=[-0.5, -0.5, -0.5], version=0)
+            for p in range(n_prompts) for _ in range(k) for _ in [g.random()]]
+
+
+def test_restore_brings_back_policy_optimizer_log_z_buffer_and_rngs(tmp_path, tiny):
+    """What ``_Saver`` writes, ``_restore`` loads into freshly built objects exactly: the
+    parameters, AdamW's moments, a learned log Z, the buffer's sampling sequence and the
+    trainer's RNG streams."""
+    from tba_lab.algorithms import make_algorithm
+    from tba_lab.runlog import RunLog
+    from tba_lab.trainer import _restore, _Saver
+
+    model, tok, _ = tiny
+    cfg = from_dict({"output_dir": str(tmp_path), "tb": {"log_z": "learned"}})
+
+    def build(seed):
+        torch.manual_seed(seed)
+        policy = type(model)(model.config)
+        algorithm = make_algorithm(cfg)
+        opt = torch.optim.AdamW([{"params": list(policy.parameters()), "base_lr": 1e-3},
+                                 *algorithm.parameters()], lr=1e-3)
+        buffer = ReplayBuffer(capacity_per_prompt=8, recency_prob=0.5, seed=seed)
+        return policy, algorithm, opt, buffer
+
+    policy, algorithm, opt, buffer = build(0)
+    buffer.add(_rollouts())
+    for _ in range(3):  # a few real updates so AdamW has moments and log Z moved
+        loss = policy(torch.tensor([[1, 5, 6, 7]])).logits.pow(2).mean() + (algorithm.log_z - 1) ** 2
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    buffer.sample(2, 4)
+    log = RunLog(cfg, progress=False)
+    _Saver(cfg, policy, opt, algorithm, buffer, log).save(step=3)
+    log.close(3)
+    expected = ([buffer.sample(3, 4) for _ in range(5)], torch.rand(4), random.random())
+
+    state = load_checkpoint(tmp_path)
+    policy2, algorithm2, opt2, buffer2 = build(1)  # other initial weights and seeds
+    assert _restore(state, policy2, opt2, algorithm2, buffer2) == 3
+    for (n, a), b in zip(policy.named_parameters(), policy2.parameters()):
+        assert torch.equal(a, b), n
+    assert algorithm2.log_z.item() == algorithm.log_z.item() != 0.0
+    s1, s2 = opt.state_dict()["state"], opt2.state_dict()["state"]
+    assert s1.keys() == s2.keys() and all(
+        torch.equal(s1[k]["exp_avg"], s2[k]["exp_avg"]) and torch.equal(s1[k]["exp_avg_sq"], s2[k]["exp_avg_sq"])
+        for k in s1)
+    got = ([buffer2.sample(3, 4) for _ in range(5)], torch.rand(4), random.random())
+    assert got[0] == expected[0] and torch.equal(got[1], expected[1]) and got[2] == expected[2]
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _tba_lab(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "tba_lab", *args], capture_output=True,
+                          text=True, timeout=300, **kw)
+
+
+def _write_config(tmp_path, steps=24, **extra):
+    run = tmp_path / "run"
+    data = {"output_dir": str(run), "max_minutes": 5.0, "model": {"max_new_tokens": 24},
+            "training": {"max_steps": steps, "num_prompts_per_step": 4, "num_generations": 4,
+                         "save_steps": 4, "save_seconds": 0},
+            "buffer": {"initial_fill": 16},
+            "task": {"eval_size": 8, "interim_eval_size": 8, "eval_every_seconds": 0}, **extra}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path, run
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_ends_at_the_planned_step_and_continues_the_files(tmp_path):
+    # sync mode: every update waits for a batch of its own version, so the resumed run's first
+    # batches show which weights its searcher started from (async would train on replay alone)
+    path, run = _write_config(tmp_path, **{"async": {"mode": "sync"}})
+    child = subprocess.Popen([sys.executable, "-m", "tba_lab", "train", "--config", str(path),
+                              "--no-progress"], start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        rows = _jsonl(run / "metrics.jsonl") if (run / "metrics.jsonl").exists() else []
+        if len(rows) >= 11:
+            break
+        time.sleep(0.05)
+    os.killpg(child.pid, signal.SIGKILL)  # the trainer and its searchers, as an OOM kill would
+    child.wait()
+    logged = max(r["step"] for r in _jsonl(run / "metrics.jsonl"))
+    saved = load_checkpoint(run)["step"]
+    assert logged - 4 <= saved <= logged and saved % 4 == 0  # at most save_steps updates lost
+    from tba_lab.runlog import read_jsonl_rows
+    kept = sum(r["trainer_step"] <= saved for r in read_jsonl_rows(run / "searchers.jsonl"))
+
+    done = _tba_lab("train", "--resume", str(run), "--no-progress")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["trainer_steps"] == 24 and summary["resumes"] == 1
+    assert summary["interrupted"] is False and summary["accuracy_before"] is not None
+    assert [r["step"] for r in _jsonl(run / "metrics.jsonl")] == list(range(1, 25))
+    evals = _jsonl(run / "eval.jsonl")
+    assert [e["step"] for e in evals] == [0, 24]  # before (first process), after (resumed one)
+    searchers = _jsonl(run / "searchers.jsonl")
+    assert all(r["trainer_step"] <= saved for r in searchers[:kept])
+    assert load_checkpoint(run)["step"] == 24
+    # the resumed run's searchers started from the checkpoint's weights, tagged with its step
+    assert len(searchers) > kept and min(r["version"] for r in searchers[kept:]) == saved
+
+
+def test_resume_refuses_another_algorithm_or_model(tmp_path):
+    path, run = _write_config(tmp_path)
+    cfg = from_dict(yaml.safe_load(path.read_text()))
+    run.mkdir()
+    (run / "config.yaml").write_text(path.read_text())
+    save_checkpoint(run, {"step": 4, "config": cfg.to_dict()})
+
+    r = _tba_lab("train", "--resume", str(run), "--algo", "grpo")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "algo='tb' but this config says algo='grpo'" in r.stderr
+
+    other = tmp_path / "other-model"
+    from tba_lab.models import load_policy
+    m, t = load_policy()
+    m.save_pretrained(other)
+    t.save_pretrained(other)
+    r = _tba_lab("train", "--resume", str(run), "--model", str(other))
+    assert r.returncode == 2 and "model.path=" in r.stderr and "Drop the override" in r.stderr
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "config.yaml"]  # nothing written
+
+    with pytest.raises(ConfigError, match="num_generations=4 but this config says"):
+        from tba_lab.checkpoint import check_same_run
+        check_same_run(cfg.to_dict(), from_dict({"training": {"num_generations": 8}}))
+
+
+def test_resume_of_a_folder_without_a_run_is_a_clear_error(tmp_path):
+    r = _tba_lab("train", "--resume", str(tmp_path / "nothing"))
+    assert r.returncode == 2 and "no config.yaml there" in r.stderr and "Traceback" not in r.stderr
