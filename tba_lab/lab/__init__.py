@@ -10,6 +10,7 @@ from here; only the command line does (``tba-lab reproduce``).
 * :mod:`tba_lab.lab.simulate` -- an event simulator of the searcher / trainer timeline
   (notebook 05).
 * :mod:`tba_lab.lab.widgets` -- the ipywidgets explorer (notebook 06).
+* :mod:`tba_lab.lab.runs` -- the explorer's runs on disk: table, comparison, YAML export.
 * :mod:`tba_lab.lab.live` -- a training run in a background thread with live redraws.
 * :mod:`tba_lab.lab.reproduce` -- every notebook run headless with papermill (``tba-lab reproduce``).
 """

@@ -20,20 +20,14 @@ event of every active explorer run (:func:`run_and_plot` live, or a run started 
 the searchers end with the run and the explorer is ready for the next one.
 
 Runs on disk are the explorer's memory: every run is a directory ``output_root/run_NN`` with
-the ``config.yaml`` and ``summary.json`` the trainer writes. Plain functions, used by the widget
-and usable without it:
-
-* :func:`list_runs` -- one row of settings and results per run directory (the runs table; a
-  restarted kernel rebuilds it from disk);
-* :func:`compare_runs` -- the settings two runs differ in;
-* :func:`export_config` -- a run's settings as a YAML file for ``tba-lab train --config``.
+the ``config.yaml`` and ``summary.json`` the trainer writes. :mod:`tba_lab.lab.runs` reads them
+(``list_runs``, ``compare_runs``, ``export_config``; re-exported here).
 """
 from __future__ import annotations
 
 import dataclasses
 import html
 import io
-import re
 import signal
 import threading
 import time
@@ -42,6 +36,11 @@ from pathlib import Path
 from tba_lab.config import merge as merge_overrides  # noqa: F401  (notebook 06)
 from tba_lab.config import short_run
 from tba_lab.registry import ALGORITHMS
+from tba_lab.lab.runs import (  # noqa: F401  (re-exported: notebook 06, tests)
+    SETTING_COLUMNS, RESULT_COLUMNS, _RUN_NAME, flatten_config, read_settings, _read_summary,
+    STOPPED_FILE, _stopped_early, _mark_stopped, _was_stopped, _algo_section, _natural,
+    list_runs, compare_runs, export_config, next_run_dir, _fmt_cell, _TABLE_COLUMNS,
+    runs_table_html, comparison_html)
 from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows  # noqa: F401  (moving_average: exercise 06)
 
 
@@ -112,259 +111,6 @@ def make_config(config_overrides: dict, seconds: float, output_dir: str | Path, 
     (:func:`tba_lab.config.short_run`: held-out accuracy on 200 problems before and after, 100
     every 20 s in between, a first update after one generation batch); overrides win."""
     return short_run(output_dir, seconds, config_overrides, seed=seed)
-
-
-# ----------------------------------------------------------------------------------------------
-# Runs on disk: the runs table, the settings two runs differ in, export as a YAML config
-# ----------------------------------------------------------------------------------------------
-
-#: Settings columns of the runs table -> dotted key of the run's ``config.yaml``; ``{algo}`` is
-#: the chosen algorithm's own section (``tb``, ``grpo`` for grpo and dr_grpo, ...).
-SETTING_COLUMNS = {"algo": "algo", "mode": "async.mode", "beta": "{algo}.beta",
-                   "beta_final": "{algo}.beta_final", "beta_anneal_steps": "{algo}.beta_anneal_steps",
-                   "learning_rate": "training.learning_rate",
-                   "num_generations": "training.num_generations",
-                   "recency_prob": "buffer.recency_prob", "inv_temp": "buffer.inv_temp",
-                   "sync_period": "async.sync_period", "num_searchers": "async.num_searchers",
-                   "max_minutes": "max_minutes", "seed": "seed"}
-#: Result columns of the runs table -> key of the run's ``summary.json``.
-RESULT_COLUMNS = {"seconds": "wall_seconds", "accuracy_before": "accuracy_before",
-                  "accuracy_after": "accuracy_after", "updates": "trainer_steps",
-                  "staleness_mean": "staleness_mean", "staleness_max": "staleness_max"}
-_RUN_NAME = re.compile(r"run_(\d+)$")
-
-
-def flatten_config(data: dict, prefix: str = "") -> dict:
-    """Nested config data -> ``{"training.learning_rate": 5e-05, "algo": "tb", ...}``."""
-    out: dict = {}
-    for key, value in (data or {}).items():
-        if isinstance(value, dict):
-            out.update(flatten_config(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def read_settings(run_dir: str | Path) -> dict:
-    """A run's ``config.yaml`` as flat dotted keys (:func:`flatten_config`), read as plain YAML
-    (no validation, so a run of an older or extended kit still shows).
-
-    Raises:
-        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
-        ValueError: the file is not a YAML mapping.
-    """
-    import yaml
-
-    path = Path(run_dir) / "config.yaml"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a YAML mapping")
-    return flatten_config(data)
-
-
-def _read_summary(run_dir: Path) -> dict | None:
-    import json
-
-    try:
-        return json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-#: Written into a run directory by :func:`run_and_plot` when a stop event ended the run before
-#: its budget (``train`` saves such a run as at the end of the budget: ``interrupted`` is False).
-STOPPED_FILE = "stopped.json"
-
-
-def _stopped_early(summary: dict | None, cfg) -> bool:
-    """Did a stop event end this run? (Its training clock stopped before the budget, with
-    updates left, and it was not interrupted: ``train``'s loop has no other way out.)"""
-    if not summary or summary.get("interrupted"):
-        return False
-    max_steps = cfg.training.max_steps
-    if max_steps and (summary.get("trainer_steps") or 0) >= max_steps:
-        return False
-    return (summary.get("wall_seconds") or 0.0) < 60 * cfg.max_minutes
-
-
-def _mark_stopped(out: Path, summary: dict, cfg) -> None:
-    import json
-
-    (out / STOPPED_FILE).write_text(json.dumps(
-        {"trainer_steps": summary.get("trainer_steps"), "wall_seconds": summary.get("wall_seconds"),
-         "budget_seconds": round(60 * cfg.max_minutes, 1)}) + "\n")
-
-
-def _was_stopped(run_dir: Path, summary: dict) -> bool:
-    """:data:`STOPPED_FILE` is there and belongs to this summary (not to an earlier try of a
-    run that was resumed or rerun in the same directory since)."""
-    import json
-
-    try:
-        marker = json.loads((run_dir / STOPPED_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return isinstance(marker, dict) and marker.get("trainer_steps") == summary.get("trainer_steps")
-
-
-def _algo_section(algo) -> str:
-    try:
-        cls = ALGORITHMS.get(algo)
-    except KeyError:  # a run of an algorithm that is not registered now
-        return str(algo)
-    return cls.section or cls.name
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-def list_runs(output_root: str | Path) -> list[dict]:
-    """One row per run directory under ``output_root`` (each that holds a ``config.yaml``), in
-    natural name order (``run_2`` before ``run_10``).
-
-    A row has ``run`` (the directory name), ``run_dir``, ``status`` ("done": the run used its
-    budget; "stopped": ended early by a stop event, the explorer's "Stop" or an interrupt of the
-    kernel (:func:`run_and_plot` leaves :data:`STOPPED_FILE` in the run directory);
-    "interrupted": Ctrl-C or SIGTERM in the training process; "incomplete": no ``summary.json``
-    yet, i.e. still running or killed), the settings of :data:`SETTING_COLUMNS`,
-    ``budget_seconds`` (``max_minutes`` in seconds) and the results of :data:`RESULT_COLUMNS`
-    (None where the summary has none). Unreadable configurations are left out.
-    """
-    root = Path(output_root)
-    if not root.is_dir():
-        return []
-    rows = []
-    for d in sorted((p for p in root.iterdir() if (p / "config.yaml").is_file()),
-                    key=lambda p: _natural(p.name)):
-        try:
-            flat = read_settings(d)
-        except (OSError, ValueError):
-            continue
-        summary = _read_summary(d)
-        section = _algo_section(flat.get("algo"))
-        row = {"run": d.name, "run_dir": str(d),
-               "status": ("incomplete" if summary is None
-                          else "interrupted" if summary.get("interrupted")
-                          else "stopped" if _was_stopped(d, summary) else "done")}
-        row.update({col: flat.get(key.format(algo=section)) for col, key in SETTING_COLUMNS.items()})
-        minutes = row.get("max_minutes")
-        row["budget_seconds"] = round(60 * minutes, 1) if isinstance(minutes, (int, float)) else None
-        row.update({col: (summary or {}).get(key) for col, key in RESULT_COLUMNS.items()})
-        rows.append(row)
-    return rows
-
-
-def compare_runs(run_a: str | Path, run_b: str | Path, ignore=("output_dir",)) -> dict:
-    """The settings two runs differ in: ``{dotted key: (value in a, value in b)}``, sorted by key
-    (a key one config lacks has None there). ``ignore``: keys left out (by default
-    ``output_dir``, which always differs).
-
-    Raises:
-        FileNotFoundError, ValueError: as :func:`read_settings`.
-    """
-    a, b = read_settings(run_a), read_settings(run_b)
-    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
-            if k not in set(ignore) and a.get(k) != b.get(k)}
-
-
-def export_config(run_dir: str | Path, path: str | Path | None = None,
-                  output_dir: str | Path | None = None) -> Path:
-    """Write the settings of the run in ``run_dir`` as a YAML file for ``tba-lab train --config``.
-
-    The file is the run's ``config.yaml`` (validated by :func:`tba_lab.config.load_yaml`) with
-    one change: ``output_dir`` (default ``<run_dir>-cli`` next to the run, as an absolute path)
-    so that training from it never overwrites the explorer's run. ``max_minutes`` stays the
-    run's budget; ``tba-lab train --config FILE --max-minutes 9`` trains longer.
-
-    Args:
-        run_dir: a run directory (its ``config.yaml``).
-        path: the file to write (default ``run_dir/export.yaml``).
-        output_dir: the exported config's ``output_dir``.
-
-    Returns:
-        the path written.
-
-    Raises:
-        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
-        tba_lab.config.ConfigError: the run's settings do not validate in this version of the kit.
-    """
-    import yaml
-
-    from tba_lab.config import load_yaml
-
-    run_dir = Path(run_dir)
-    cfg = load_yaml(run_dir / "config.yaml")
-    cfg.output_dir = str(output_dir) if output_dir is not None else \
-        str(run_dir.resolve().parent / f"{run_dir.name}-cli")
-    path = Path(path) if path is not None else run_dir / "export.yaml"
-    header = (f"# settings of the run {run_dir.resolve()}, exported by tba_lab.lab.widgets\n"
-              f"# train with:  tba-lab train --config {path}  (--max-minutes / --output-dir override)\n")
-    path.write_text(header + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    return path
-
-
-def next_run_dir(output_root: str | Path) -> Path:
-    """``output_root/run_NN`` with NN one past the largest existing ``run_NN`` (00 if none)."""
-    root = Path(output_root)
-    used = [int(m.group(1)) for p in (root.iterdir() if root.is_dir() else ())
-            if (m := _RUN_NAME.match(p.name))]
-    return root / f"run_{max(used) + 1 if used else 0:02d}"
-
-
-def _fmt_cell(col: str, v) -> str:
-    if v is None:
-        return "&ndash;"
-    if col.startswith("accuracy"):
-        return f"{100 * v:.1f}%"
-    if isinstance(v, float):
-        return f"{v:.3g}" if col not in ("seconds", "budget_seconds") else f"{v:.0f}"
-    return html.escape(str(v))
-
-
-_TABLE_COLUMNS = (("run", "run"), ("status", "status"), ("algo", "algo"), ("mode", "mode"),
-                  ("beta", "&beta;"), ("beta_final", "&beta; final"),
-                  ("beta_anneal_steps", "anneal steps"), ("learning_rate", "lr"),
-                  ("num_generations", "K"), ("recency_prob", "m"), ("inv_temp", "inv_temp"),
-                  ("sync_period", "k"), ("num_searchers", "searchers"),
-                  ("budget_seconds", "budget (s)"), ("seconds", "seconds"),
-                  ("accuracy_before", "acc. before"), ("accuracy_after", "acc. after"),
-                  ("updates", "updates"), ("staleness_mean", "staleness mean"),
-                  ("staleness_max", "staleness max"))
-
-
-def runs_table_html(rows: list[dict], marked=()) -> str:
-    """The runs table as HTML (rows of :func:`list_runs`; runs named in ``marked`` in bold)."""
-    if not rows:
-        return "<i>no runs yet</i>"
-    head = "".join(f"<th style='padding:2px 6px'>{t}</th>" for _, t in _TABLE_COLUMNS)
-    body = []
-    for r in rows:
-        weight = "bold" if r["run"] in set(marked) else "normal"
-        cells = "".join(f"<td style='padding:2px 6px'>{_fmt_cell(c, r.get(c))}</td>"
-                        for c, _ in _TABLE_COLUMNS)
-        body.append(f"<tr data-run='{html.escape(r['run'])}' style='font-weight:{weight}'>{cells}</tr>")
-    return (f"<table class='tba-explorer-runs-table' style='border-collapse:collapse;"
-            f"font-size:12px'><tr>{head}</tr>{''.join(body)}</table>")
-
-
-def comparison_html(row_a: dict, row_b: dict, diff: dict) -> str:
-    """Two runs side by side: the settings they differ in (:func:`compare_runs`), then results."""
-    a, b = html.escape(row_a["run"]), html.escape(row_b["run"])
-    lines = [f"<tr><th style='text-align:left'>setting</th><th>{a}</th><th>{b}</th></tr>"]
-    if not diff:
-        lines.append("<tr><td colspan=3><i>same settings (apart from output_dir)</i></td></tr>")
-    for k, (va, vb) in diff.items():
-        lines.append(f"<tr><td>{html.escape(k)}</td><td>{html.escape(repr(va))}</td>"
-                     f"<td>{html.escape(repr(vb))}</td></tr>")
-    lines.append("<tr><th style='text-align:left'>result</th><th></th><th></th></tr>")
-    for col in ("status", *RESULT_COLUMNS):
-        lines.append(f"<tr><td>{col}</td><td>{_fmt_cell(col, row_a.get(col))}</td>"
-                     f"<td>{_fmt_cell(col, row_b.get(col))}</td></tr>")
-    return f"<table style='font-size:12px'>{''.join(lines)}</table>"
 
 
 # ----------------------------------------------------------------------------------------------
