@@ -50,7 +50,6 @@ from __future__ import annotations
 import math
 import numbers
 import os
-import tempfile
 from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
@@ -392,20 +391,9 @@ class ReplayBuffer:
         The state goes to a temporary file in the same directory, is fsynced, then moved over
         ``path`` with ``os.replace``; a crash mid-write leaves any previous file intact.
         """
-        path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(self.state_dict(), f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        from tba_lab.checkpoint import atomic_torch_save
+
+        atomic_torch_save(self.state_dict(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "ReplayBuffer":

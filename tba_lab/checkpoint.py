@@ -47,10 +47,19 @@ def save_checkpoint(output_dir: str | os.PathLike, state: dict) -> Path:
         the checkpoint's path.
     """
     path = checkpoint_path(output_dir)
-    fd, tmp = tempfile.mkstemp(prefix=CHECKPOINT_NAME + ".", suffix=".tmp", dir=path.parent)
+    atomic_torch_save({"format": FORMAT, **state}, path)
+    return path
+
+
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    """``torch.save(obj, path)`` atomically: a temporary file in the same folder, fsync,
+    ``os.replace`` over ``path``, fsync of the folder. A crash or SIGKILL mid-write leaves any
+    previous file intact (and a ``<name>.*.tmp`` file). Used for checkpoints and ``buffer.pt``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.absolute().parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
+            torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -58,12 +67,11 @@ def save_checkpoint(output_dir: str | os.PathLike, state: dict) -> Path:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    dir_fd = os.open(path.absolute().parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # the rename itself reaches the disk
     finally:
         os.close(dir_fd)
-    return path
 
 
 def load_checkpoint(output_dir: str | os.PathLike) -> dict:
