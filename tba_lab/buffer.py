@@ -5,18 +5,32 @@ samples groups of K responses per prompt from it.
 
 Storage
     One deque per prompt, oldest item at the left, newest at the right, at most
-    ``capacity_per_prompt`` items (adding past capacity drops the OLDEST). Items are
+    ``capacity_per_prompt`` items (adding past capacity drops the OLDEST). Items are stored as
+    the searcher generated them, repeats included, so the K newest items of a prompt are the
+    searcher's own group of K samples. With ``dedup=True`` (``buffer.dedup``) they are instead
     de-duplicated by token sequence within a prompt: when a response arrives whose
     ``response_ids`` are already stored for that prompt, the old copy is removed and the new one
     is appended at the newest end (newest copy wins: its reward, log-probs and version are the
     freshest). Every prompt that receives an item is marked "refreshed"; ``mark_sync()`` (called
     by the trainer when it publishes new weights) clears that mark.
 
+Why repeats are kept by default
+    The VarGrad log Z of TB (TBA Eq. 4) and GRPO's group baseline are averages over a group of
+    SAMPLES of the behaviour policy. A model that answers the same way 6 times in 8 puts that
+    answer in 6 rows; a de-duplicated buffer keeps it once and, below K distinct items, fills
+    the group by uniform resampling, so each distinct answer weighs about the same however
+    likely it is. For TB this spends most of the (clipped) gradient on rare answers rather than
+    on the frequent one that greedy decoding returns, and async TBA lost held-out accuracy in
+    its first minute while sync TB (raw groups) gained (``bench/first_minute.py``, table in
+    the README). De-duplication is kept as an option for reward-mode replay of diverse
+    responses, as in GFlowNet red-teaming buffers that keep unique attacks.
+
 Sampling (``sample(num_prompts=B, group_size=K)``, returns B*K rollouts, prompt-major)
     For each of the B prompt slots, with probability m = ``recency_prob``:
-      * recency mode: a prompt chosen uniformly among those refreshed since the last sync; its K
-        NEWEST items.
-    otherwise (or when no prompt was refreshed since the last sync):
+      * recency mode: a prompt chosen uniformly among those refreshed since the last sync and
+        not yet in the batch; when none is left, the most recently refreshed prompt not yet in
+        the batch (``recency_fallback="newest"``); its K NEWEST items.
+    otherwise (or, with ``recency_fallback="reward"``, when no refreshed prompt is left):
       * reward mode: a prompt chosen uniformly among all prompts; K of its items drawn WITHOUT
         replacement with probabilities softmax(inv_temp * reward) (inv_temp = 0 -> uniform).
         Without-replacement draws are successive: draw one item from the softmax, remove it,
@@ -26,13 +40,19 @@ Sampling (``sample(num_prompts=B, group_size=K)``, returns B*K rollouts, prompt-
 
 Choices and simplifications (say so if you change them):
   * Prompts in one batch are distinct while enough prompts exist: a slot never picks a prompt
-    already used in the batch. If a recency slot finds every refreshed prompt already used, it
-    falls back to reward mode over the unused prompts (rather than repeating a prompt, which
-    would give duplicate rows). Once every prompt has been used, the "used" set is cleared and
-    prompts may repeat (each appears once per round).
+    already used in the batch (a repeated prompt would give duplicate rows). Once every prompt
+    has been used, the "used" set is cleared and prompts may repeat (each appears once per
+    round).
+  * The recency fallback is a departure. With sync period 1 the trainer publishes after every
+    update, so "refreshed since the last sync" holds one searcher batch at most, and none
+    when the trainer has outrun the searcher (about one update in four here). Falling back to
+    reward mode then drew from all remembered prompts (batch staleness about 13 updates
+    instead of 2) although m asked for recent data; ``"newest"`` replays the newest prompts
+    instead (mean staleness 4.5 instead of 6.4 over a 90-s run; ``bench/first_minute.py``).
   * A prompt with fewer than K items (n < K) contributes ALL n items once, and the remaining
     K - n rows are drawn WITH replacement (softmax(inv_temp * reward) in reward mode, uniform in
-    recency mode). This is the only case where an item appears twice in a group.
+    recency mode). This is the only case where a stored item appears twice in a group
+    (without de-duplication, rare: only when rows were dropped for a non-finite reward).
   * ``inv_temp`` multiplies the RAW reward (the buffer never sees beta).
   * The "initial fill before training" is the caller's job: ``sample`` on an empty buffer
     raises ``ValueError``; the trainer waits until enough prompts are stored.
@@ -57,6 +77,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+RECENCY_FALLBACKS = ("reward", "newest")
 _STATE_FORMAT = 2  # bump when state_dict's layout changes (2: old_token_logps renamed)
 
 
@@ -147,6 +168,12 @@ class ReplayBuffer:
         max_prompts (int >= 1 or None): prompts remembered; beyond it the least recently
             refreshed prompt is evicted with all its items (None = unbounded). Bounds how stale
             a reward-mode draw can be when prompts rarely repeat (an addition to the paper's buffer).
+        dedup (bool): keep one copy of a repeated response per prompt (newest wins). Off by
+            default: groups must be samples of the behaviour policy (module docstring).
+        recency_fallback ("newest" | "reward"): what a recency slot does when every prompt
+            refreshed since the last sync is already in the batch (or none was refreshed): take
+            the most recently refreshed unused prompt's K newest items (default), or draw in
+            reward mode (the rule before this option existed).
 
     Raises:
         ValueError: if an argument is out of range (the message names the field and the fix).
@@ -159,6 +186,8 @@ class ReplayBuffer:
         inv_temp: float = 0.0,
         seed: int = 0,
         max_prompts: int | None = None,
+        dedup: bool = False,
+        recency_fallback: str = "newest",
     ) -> None:
         if isinstance(capacity_per_prompt, bool) \
                 or not isinstance(capacity_per_prompt, numbers.Integral) or capacity_per_prompt < 1:
@@ -182,7 +211,14 @@ class ReplayBuffer:
                 f"max_prompts must be an int >= 1 or None (got {max_prompts!r}); it bounds how "
                 "many prompts the buffer remembers (the least recently refreshed are evicted)"
             )
+        if recency_fallback not in RECENCY_FALLBACKS:
+            raise ValueError(
+                f"recency_fallback must be one of {RECENCY_FALLBACKS} (got {recency_fallback!r}); "
+                "'reward': a recency slot with no prompt refreshed since the last sync draws in "
+                "reward mode; 'newest': it takes the most recently refreshed unused prompt")
         self.max_prompts = None if max_prompts is None else int(max_prompts)
+        self.dedup = bool(dedup)
+        self.recency_fallback = recency_fallback
         self.capacity_per_prompt = int(capacity_per_prompt)
         self.recency_prob = float(recency_prob)
         self.inv_temp = float(inv_temp)
@@ -198,15 +234,16 @@ class ReplayBuffer:
     def add(self, rollouts: Sequence[Rollout]) -> int:
         """Store rollouts; return how many were NEW token sequences for their prompt.
 
-        A rollout whose ``response_ids`` are already stored for its prompt (or appear earlier
-        in the same call) replaces the old copy and is not counted. Every prompt that receives
-        a rollout is marked refreshed since the last sync.
+        With ``dedup``, a rollout whose ``response_ids`` are already stored for its prompt (or
+        appear earlier in the same call) replaces the old copy and is not counted; without it
+        every rollout is stored and counted. Every prompt that receives a rollout is marked
+        refreshed since the last sync.
 
         Args:
             rollouts (list[Rollout]): items from a searcher, any order, any prompts.
 
         Returns:
-            int: number of rollouts that added a new (prompt, response) pair.
+            int: number of rollouts stored as new items (all of them without ``dedup``).
 
         Raises:
             ValueError: non-finite reward, or log-prob lists whose length differs from the
@@ -219,7 +256,7 @@ class ReplayBuffer:
             dq = self._items.pop(r.prompt_id, None) or deque()
             self._items[r.prompt_id] = dq  # (re)insert at the most-recently-refreshed end
             key = tuple(r.response_ids)
-            for i, old in enumerate(dq):  # O(capacity): fine for tens to hundreds of items
+            for i, old in enumerate(dq if self.dedup else ()):  # O(capacity): tens of items
                 if tuple(old.response_ids) == key:
                     del dq[i]  # newest copy wins: drop the old one, append the new one below
                     break
@@ -272,6 +309,8 @@ class ReplayBuffer:
                 used.clear()  # every prompt used once: start a new round, repeats allowed
             coin = self._rng.random() < self.recency_prob
             fresh = [p for p in self._refreshed if p not in used]
+            if coin and not fresh and self.recency_fallback == "newest":
+                fresh = [next(p for p in reversed(prompts) if p not in used)]
             if coin and fresh:
                 pid = fresh[self._rng.integers(len(fresh))]
                 out.extend(self._newest(pid, group_size))
@@ -349,6 +388,8 @@ class ReplayBuffer:
                 "inv_temp": self.inv_temp,
                 "seed": self.seed,
                 "max_prompts": self.max_prompts,
+                "dedup": self.dedup,
+                "recency_fallback": self.recency_fallback,
             },
             "items": [[pid, [_as_dict(r) for r in dq]] for pid, dq in self._items.items()],
             "refreshed": list(self._refreshed),
@@ -371,12 +412,16 @@ class ReplayBuffer:
             d = {**d, "items": [[pid, [{("behaviour_token_logps" if k == "old_token_logps" else k): v
                                         for k, v in r.items()} for r in rows]]
                                 for pid, rows in d["items"]]}
-        fresh = ReplayBuffer(**d["config"])  # re-validates the config
+        # re-validates the config; states written before ``dedup`` and ``recency_fallback``
+        # existed were de-duplicated and fell back to reward mode
+        fresh = ReplayBuffer(**{"dedup": True, "recency_fallback": "reward", **d["config"]})
         self.capacity_per_prompt = fresh.capacity_per_prompt
         self.recency_prob = fresh.recency_prob
         self.inv_temp = fresh.inv_temp
         self.seed = fresh.seed
         self.max_prompts = fresh.max_prompts
+        self.dedup = fresh.dedup
+        self.recency_fallback = fresh.recency_fallback
         self._items = {
             int(pid): deque(Rollout(**r) for r in rows) for pid, rows in d["items"]
         }

@@ -1,10 +1,12 @@
-"""Command line: ``tba-lab {train,sft,eval}`` (also ``python -m tba_lab ...``).
+"""Command line: ``tba-lab {train,sft,eval,reproduce,experiment}`` (also ``python -m tba_lab ...``).
 
 * ``tba-lab train``: asynchronous TBA (default) or a baseline (GRPO, Dr. GRPO, RLOO, online DPO),
   sync or async, on the embedded model.
 * ``tba-lab sft``: rebuild the embedded task and tiny model under ``data/`` from a seed.
 * ``tba-lab eval``: held-out metrics (greedy accuracy) of a saved policy on a task.
 * ``tba-lab reproduce [--smoke]``: execute the course notebooks with papermill, write report.md.
+* ``tba-lab experiment NAME [--smoke] [--seeds 0 1 2]``: the paper's claims in miniature
+  (``off_policy``, ``buffer``, ``beta``, ``scaling`` or ``all``) over seeds, with report.md.
 
 Command-line flags override the YAML file given with ``--config``, which overrides the defaults
 of :mod:`tba_lab.config`.
@@ -143,6 +145,12 @@ def _reproduce(args) -> int:
     return reproduce_main(args)
 
 
+def _experiment(args) -> int:
+    from tba_lab.lab.experiments import main as experiment_main
+
+    return experiment_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tba_lab.registry import ALGORITHMS, TASKS
 
@@ -184,6 +192,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
     r.add_argument("--notebook-dir", help="folder of notebooks (default: the repository's notebooks/)")
     r.set_defaults(func=_reproduce)
+    from tba_lab.lab.experiments import NAMES
+
+    x = sub.add_parser("experiment", help="the paper's claims in miniature over seeds: "
+                       "report.md, figures, results.json")
+    x.add_argument("name", metavar="NAME", help=f"one of: {', '.join(NAMES)}")
+    x.add_argument("--smoke", action="store_true", help="tiny settings (a few updates per run; "
+                   "about 2-3 minutes for all four on 2 cores)")
+    x.add_argument("--seeds", type=int, nargs="+", help="seeds (default 0 1 2; with --smoke: 0)")
+    x.add_argument("--output-dir", default="runs/experiments", help="NAME/report.md, figures, "
+                   "results.json and runs/ go under it (default runs/experiments)")
+    x.add_argument("--eval-size", type=int, help="held-out problems per evaluation (default 200; "
+                   "--smoke: fewer)")
+    x.add_argument("--target", type=float, help="scaling: the held-out accuracy to reach "
+                   "(default 0.40)")
+    x.set_defaults(func=_experiment)
     return p
 
 

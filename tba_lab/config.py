@@ -71,6 +71,8 @@ class BufferConfig:
     inv_temp: float = 0.0               # reward prioritisation softmax(inv_temp * r); 0 = uniform
     max_prompts: int = 256              # prompts remembered (least recently refreshed evicted); 0 = unbounded
     initial_fill: int = 256             # rollouts in the buffer before the first update (async)
+    dedup: bool = False                 # keep one copy of a repeated response per prompt (off: groups stay samples)
+    recency_fallback: str = "newest"    # recency slot with no fresh prompt left: the "newest" other prompt, or "reward" mode
 
 
 @dataclass
@@ -389,6 +391,7 @@ def validate(cfg: RunConfig) -> RunConfig:
           f"{tr.num_generations}: every group of K would repeat rows; keep at least K per prompt")
     check(0 <= b.recency_prob <= 1, f"buffer.recency_prob={b.recency_prob}: must be in [0, 1]")
     check(b.inv_temp >= 0, "buffer.inv_temp must be >= 0 (0 = uniform)")
+    check_choice(b.recency_fallback, ("reward", "newest"), "buffer.recency_fallback")
     check(b.initial_fill >= 0, "buffer.initial_fill must be >= 0")
     check(b.max_prompts == 0 or b.max_prompts >= tr.num_prompts_per_step,
           f"buffer.max_prompts={b.max_prompts}: keep at least num_prompts_per_step prompts (0 = unbounded)")

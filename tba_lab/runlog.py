@@ -288,6 +288,33 @@ def _keep_rows(path: Path, key: str, last_step: int) -> None:
     tmp.replace(path)
 
 
+def split_evals(evals: list[dict], summary: dict | None = None) -> tuple[list, list, list]:
+    """``eval.jsonl`` rows as ``(before, interim, after)`` lists, for curves.png.
+
+    The rows do not say which kind they are, and the sizes may coincide (``task.eval_size``
+    and ``task.interim_eval_size`` are separate settings), so: the before-evaluation is the
+    first row when it is at step 0 and 0 s; the after-evaluation is the last row when the run's
+    ``summary`` (summary.json) reports one (``<metric>_after``, at the summary's
+    ``wall_seconds``), or, without a summary, when that row has the before-row's size and the
+    rows between have another (or there are none). An interrupted run has no after row.
+    """
+    rows = list(evals)
+    before = [rows.pop(0)] if rows and rows[0]["step"] == 0 and rows[0]["wall_seconds"] == 0 else []
+    after = []
+    if rows:
+        last = rows[-1]
+        if summary is not None:
+            is_after = (summary.get(f"{eval_metric(last)}_after") is not None
+                        and not summary.get("interrupted")
+                        and last["wall_seconds"] == summary.get("wall_seconds"))
+        else:
+            is_after = bool(before) and last["n"] == before[0]["n"] and (
+                len(rows) == 1 or all(e["n"] != last["n"] for e in rows[:-1]))
+        if is_after:
+            after = [rows.pop()]
+    return before, rows, after
+
+
 def plot_curves(run_dir: str | Path, path: str | Path | None = None):
     """Draw ``curves.png``: the held-out metric and the mean batch reward against wall-clock
     seconds of training, from ``eval.jsonl`` and ``metrics.jsonl`` in ``run_dir``.
@@ -304,19 +331,26 @@ def plot_curves(run_dir: str | Path, path: str | Path | None = None):
     run_dir = Path(run_dir)
     evals = read_jsonl_rows(run_dir / "eval.jsonl")
     metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     key = eval_metric(evals[0]) if evals else "accuracy"
     scale, unit = (100, " (%)") if key == "accuracy" else (1, "")
     if evals:
-        full = max(e["n"] for e in evals)  # before/after use the full set, interim a subset
-        interim = [e for e in evals if e["n"] != full]
-        if interim:
+        before, interim, after = split_evals(evals, summary)
+        sizes = lambda rows: "/".join(str(n) for n in sorted({e["n"] for e in rows}))
+        if interim:  # a subset of the held-out set, noisier than before/after
             ax1.plot([e["wall_seconds"] for e in interim], [scale * e[key] for e in interim],
-                     "o-", color="C1", label="interim subset")
-        ends = [e for e in evals if e["n"] == full]
-        ax1.plot([e["wall_seconds"] for e in ends], [scale * e[key] for e in ends],
-                 "s", color="C0", label=f"{full} problems")
-        ax1.legend(loc="lower right")
+                     "o-", color="C1", ms=4, lw=1.2, label=f"interim, {sizes(interim)} problems")
+        ends = before + after
+        if ends:
+            which = "/".join(w for w, rows in (("before", before), ("after", after)) if rows)
+            ax1.plot([e["wall_seconds"] for e in ends], [scale * e[key] for e in ends], "D",
+                     color="C0", ms=9, mec="black", zorder=3,
+                     label=f"{which}, {sizes(ends)} problems")
+        ax1.legend(loc="lower right", fontsize=8)
     ax1.set(xlabel="training wall-clock (s)", ylabel=f"held-out greedy {key}{unit}",
             title=f"Held-out {key}")
     if metrics:

@@ -247,7 +247,8 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
         held_out = task.load("test")
         buffer = ReplayBuffer(cfg.buffer.capacity_per_prompt, cfg.buffer.recency_prob,
                               cfg.buffer.inv_temp, seed=cfg.seed,
-                              max_prompts=cfg.buffer.max_prompts or None)
+                              max_prompts=cfg.buffer.max_prompts or None, dedup=cfg.buffer.dedup,
+                              recency_fallback=cfg.buffer.recency_fallback)
         tr = cfg.training
         optimizer = torch.optim.AdamW(
             [{"params": list(policy.parameters()), "base_lr": tr.learning_rate},

@@ -1,7 +1,10 @@
-"""The race's bookkeeping (bench/race.py): time to target, accuracy at a checkpoint, ratios.
+"""The race's bookkeeping (bench/race.py): accuracy at a checkpoint and time to target, both
+interpolated between evaluations; means and ranges over seeds; ratios; the goal line; the report
+files (with fake legs); and curves.png's two kinds of held-out evaluation (tba_lab/runlog.py).
 
 The legs themselves are measured by running the script, not in tests (timing is not a test)."""
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -15,25 +18,272 @@ EVALS = [{"wall_seconds": 0.0, "step": 0, "accuracy": 0.35},
          {"wall_seconds": 122.0, "step": 200, "accuracy": 0.41},
          {"wall_seconds": 180.5, "step": 300, "accuracy": 0.40}]
 
+# A slow leg with 30-s evaluations: each one finishes well after its tick (36, 71, 105 s).
+LATE = [{"wall_seconds": 0.0, "step": 0, "accuracy": 0.35},
+        {"wall_seconds": 36.0, "step": 50, "accuracy": 0.41},
+        {"wall_seconds": 71.0, "step": 100, "accuracy": 0.48},
+        {"wall_seconds": 105.0, "step": 150, "accuracy": 0.41},
+        {"wall_seconds": 120.4, "step": 170, "accuracy": 0.50}]
 
-def test_time_to_target_and_accuracy_at():
-    assert race.time_to_target(EVALS, 0.40) == 122.0
-    assert race.time_to_target(EVALS, 0.35) == 0.0
+
+def leg(evals, updates=300, samples=38400, wall=120.0, stale=(0.0, 0)):
+    return {"updates": updates, "samples_generated": samples, "wall_seconds": wall,
+            "accuracy_before": evals[0]["accuracy"], "accuracy_after": evals[-1]["accuracy"],
+            "evals": evals, "staleness_mean": stale[0], "staleness_max": stale[1]}
+
+
+def curve(*points):
+    """Evaluations at (seconds, accuracy) points."""
+    return [{"wall_seconds": t, "step": i, "accuracy": a} for i, (t, a) in enumerate(points)]
+
+
+def test_accuracy_at_interpolates_between_the_evaluations_around_the_checkpoint():
+    # by hand: 30 s lies 30/36 of the way from (0 s, 35%) to (36 s, 41%): 35 + 6 * 30/36 = 40%;
+    # 60 s lies 24/35 of the way from (36 s, 41%) to (71 s, 48%): 41 + 7 * 24/35 = 45.8%;
+    # 90 s lies 19/34 of the way from (71 s, 48%) to (105 s, 41%): 48 - 7 * 19/34 = 44.09%
+    assert race.accuracy_at(LATE, 30) == pytest.approx(0.40)
+    assert race.accuracy_at(LATE, 60) == pytest.approx(0.458)
+    assert race.accuracy_at(LATE, 90) == pytest.approx(0.48 - 0.07 * 19 / 34)
+    assert race.accuracy_at(LATE, 36) == 0.41  # a measured point is itself
+    assert race.accuracy_at(LATE, 0) == 0.35
+    assert race.accuracy_at(LATE, 130) is None  # no extrapolation past the last evaluation
+    assert race.accuracy_at(LATE[1:], 30) is None  # nor before the first
+    assert race.accuracy_at(EVALS, 60) == pytest.approx(0.35 + 0.04 * 60 / 61.2)
+
+
+def test_the_table_files_no_late_evaluation_under_the_next_checkpoint():
+    assert race.checkpoints(2, 30) == [30, 60, 90]
+    assert race.checkpoints(2.9, 60) == [60, 120]
+    assert race.checkpoints(3, 15)[:2] == [15, 30] and race.checkpoints(3, 15)[-1] == 165
+    text = race.table({"b": leg(LATE)}, minutes=2, eval_every=30, target=0.45)
+    head, _, row = text.splitlines()[:3]
+    assert head == ("| leg | updates/min | samples/min | staleness mean/max | acc before "
+                    "| acc @30s (interp.) | acc @60s (interp.) | acc @90s (interp.) | acc end "
+                    "| time to 45% (interp.) |")
+    # the old table read "- | 41.0% | 48.0% | 41.0%" here: each evaluation one column late
+    assert row == ("| (b) sync TB | 150.0 | 19,200 | 0.0/0 | 35.0% | 40.0% | 45.8% | 44.1% "
+                   "| 50.0% | 56 s |")
+    assert "interpolated linearly" in text
+
+
+def test_time_to_target_interpolates_at_the_first_crossing():
+    # 45% first reached at 71 s (48%), from 41% at 36 s: 36 + 35 * (45 - 41) / (48 - 41) = 56 s
+    assert race.time_to_target(LATE, 0.45) == pytest.approx(56.0)
+    assert race.time_to_target(EVALS, 0.40) == pytest.approx(61.2 + 60.8 * 0.5)  # 91.6
+    assert race.time_to_target(EVALS, 0.35) == 0.0  # the before-evaluation is there already
     assert race.time_to_target(EVALS, 0.5) is None
-    assert race.accuracy_at(EVALS, 60) == 0.39  # the 61.2-s evaluation belongs to the 60-s tick
-    assert race.accuracy_at(EVALS, 120) == 0.41
-    assert race.accuracy_at(EVALS[1:], 30) is None
+    # the FIRST crossing: up to 50% at 30 s, down to 20%, up again to 60% at 90 s
+    assert race.time_to_target(curve((0, 0.3), (30, 0.5), (60, 0.2), (90, 0.6)), 0.4) == pytest.approx(15.0)
 
 
-def test_table_and_ratios():
-    row = lambda updates, samples: {"updates": updates, "samples_generated": samples,
-                                    "wall_seconds": 180.0, "accuracy_before": 0.35,
-                                    "accuracy_after": 0.40, "evals": EVALS,
-                                    "staleness_mean": 0.0, "staleness_max": 0}
+def two_seeds():
+    """Seed 0 and seed 1 of legs a, b, c, e with 60-s evaluations over 3 minutes."""
+    s0 = {"a": leg(curve((0, 0.35), (61, 0.41), (122, 0.46), (181, 0.46)), 480, 61440, 180),
+          "b": leg(curve((0, 0.35), (62, 0.44), (124, 0.45), (181, 0.47)), 390, 49920, 180),
+          "c": leg(curve((0, 0.35), (60, 0.45), (120, 0.47), (180, 0.48)), 540, 64800, 180, (4.0, 19)),
+          "e": leg(curve((0, 0.35), (60, 0.40), (121, 0.45), (180, 0.46)), 300, 38400, 180)}
+    s1 = {"a": leg(curve((0, 0.35), (61, 0.43), (122, 0.44), (180, 0.46)), 450, 57600, 180),
+          "b": leg(curve((0, 0.35), (62, 0.38), (124, 0.43), (180, 0.45)), 360, 46080, 180),
+          "c": leg(curve((0, 0.35), (60, 0.43), (120, 0.46), (180, 0.47)), 504, 60480, 180, (4.4, 21)),
+          "e": leg(curve((0, 0.35), (60, 0.36), (121, 0.39), (180, 0.39)), 240, 30720, 180)}
+    return {0: s0, 1: s1}
+
+
+def test_mean_and_range_over_two_seeds():
+    runs = two_seeds()
+    agg = race.aggregate(runs, [60, 120], 0.40)
+    a = agg["a"]
+    assert a["seeds"] == 2
+    assert a["updates_per_minute"] == pytest.approx({"mean": 155.0, "min": 150.0, "max": 160.0, "n": 2})
+    assert a["samples_per_minute"]["mean"] == pytest.approx(19840.0)
+    assert a["accuracy_after"] == pytest.approx({"mean": 0.46, "min": 0.46, "max": 0.46, "n": 2})
+    # at 60 s: seed 0 35 + 6 * 60/61 %, seed 1 35 + 8 * 60/61 %
+    lo, hi = 0.35 + 0.06 * 60 / 61, 0.35 + 0.08 * 60 / 61
+    assert a["accuracy_at"]["60"] == pytest.approx({"mean": (lo + hi) / 2, "min": lo, "max": hi, "n": 2})
+    assert agg["c"]["staleness_mean"]["mean"] == pytest.approx(4.2) and agg["c"]["staleness_max"] == 21
+    # time to 40%: (e) reaches it in seed 0 only (at 60 s); the mean counts that seed
+    assert agg["e"]["time_to_target"] == pytest.approx({"mean": 60.0, "min": 60.0, "max": 60.0, "n": 1})
+    text = race.table(runs, minutes=3, eval_every=60, target=0.40)
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| (")}
+    assert rows["| (a) sync GRPO"].startswith("| (a) sync GRPO | 155.0 (150.0-160.0) | 19,840 (19,200-20,480) "
+                                              "| 0.0 (0.0-0.0)/0 | 35.0% (35.0-35.0) | ")
+    assert rows["| (c) async TBA"].split(" | ")[3] == "4.2 (4.0-4.4)/21"
+    assert rows["| (e) TRL GRPOTrainer"].endswith("| 60 s (60-60) [1/2 seeds] |")
+    assert "mean over seeds 0 1 (min-max)" in text
+    # ratios per seed, then mean and range: (c)/(b) updates 540/390 and 504/360
+    r = race.ratio_numbers(runs)["c/b"]["updates_per_minute"]
+    assert r == pytest.approx({"mean": (540 / 390 + 504 / 360) / 2, "min": 540 / 390, "max": 1.4, "n": 2})
+    assert "(c)/(b) async TBA / sync TB: updates/min 1.39x (1.38-1.40)" in race.ratios(runs)
+    assert "(a)/(e) sync GRPO / TRL GRPOTrainer: updates/min 1.74x (1.60-1.88)" in race.ratios(runs)
+
+
+def test_the_goal_on_made_up_races():
+    runs = two_seeds()
+    ticks = race.checkpoints(3, 60)
+    agg = race.aggregate(runs, ticks, 0.40)
+    g = race.goal(agg, ticks)
+    assert g["c_at_or_above_b"] is True and g["c_fastest_to_target"] is True and g["met"] is True
+    assert set(g["c_minus_b"]) == {"60", "120", "end"}
+    assert race.goal_line(g, agg, 0.40).startswith("goal (means over seeds): PASS.")
+    # (c) one point under (b) at the end in seed 1 and at 120 s in both: not at or above
+    runs[1]["c"]["accuracy_after"] = 0.43
+    runs[0]["c"]["evals"][2]["accuracy"] = runs[1]["c"]["evals"][2]["accuracy"] = 0.40
+    agg = race.aggregate(runs, ticks, 0.40)
+    g = race.goal(agg, ticks)
+    assert g["c_at_or_above_b"] is False and g["c_fastest_to_target"] is True and g["met"] is False
+    assert "FAIL (below at 120s, end)" in race.goal_line(g, agg, 0.40)
+    # (c) misses the target in one seed: not the fastest, however fast the other seed was
+    runs = two_seeds()
+    runs[1]["c"]["evals"] = curve((0, 0.35), (60, 0.38), (120, 0.39), (180, 0.39))
+    agg = race.aggregate(runs, ticks, 0.40)
+    assert race.goal(agg, ticks)["c_fastest_to_target"] is False
+    # (a) faster than (c) in the mean
+    runs = two_seeds()
+    runs[0]["a"]["evals"] = curve((0, 0.35), (10, 0.5), (122, 0.46), (181, 0.46))
+    runs[1]["a"]["evals"] = curve((0, 0.35), (10, 0.5), (122, 0.46), (181, 0.46))
+    agg = race.aggregate(runs, ticks, 0.40)
+    assert race.goal(agg, ticks)["c_fastest_to_target"] is False
+    assert "fastest (a) 3 s" in race.goal_line(race.goal(agg, ticks), agg, 0.40)
+    # without leg (b) the goal is not evaluated
+    agg = race.aggregate({0: {k: v for k, v in two_seeds()[0].items() if k != "b"}}, ticks, 0.4)
+    assert race.goal(agg, ticks)["met"] is None
+
+
+def test_one_seed_keeps_the_old_cells_and_ratios():
+    row = lambda updates, samples: leg(EVALS, updates, samples, 180.0)
     results = {"a": row(300, 38400), "b": row(240, 30720), "c": row(360, 46080), "e": row(150, 19200)}
+    assert race.as_runs(results) == {0: results}  # an older race.json: one seed, {leg: result}
     text = race.ratios(results)
-    assert "(c)/(b) async TBA / sync TB: updates/min 1.50x" in text
+    assert "(c)/(b) async TBA / sync TB: updates/min 1.50x, samples/min 1.50x  [goal >= 1.2]" in text
     assert "(c)/(a) async TBA / sync GRPO: updates/min 1.20x" in text
     assert "(a)/(e) sync GRPO / TRL GRPOTrainer: updates/min 2.00x" in text
     table = race.table(results, minutes=3, eval_every=60, target=0.40)
-    assert "| (a) sync GRPO | 100.0 | 12800 | 0.0/0 | 35.0% | 39.0% | 41.0% | 40.0% | 122 s |" in table
+    at60, at120 = 35 + 4 * 60 / 61.2, 39 + 2 * (120 - 61.2) / 60.8
+    assert (f"| (a) sync GRPO | 100.0 | 12,800 | 0.0/0 | 35.0% | {at60:.1f}% | {at120:.1f}% | 40.0% "
+            "| 92 s |") in table
+
+
+def test_main_runs_seed_major_and_writes_the_report(tmp_path, monkeypatch, capsys):
+    """Fake legs (no training): the order, race.json, race.md's header line and race.png."""
+    order = []
+
+    def fake(seed, name, out):
+        order.append((seed, name))
+        assert out == tmp_path / f"seed{seed}"
+        return two_seeds()[seed % 2][name]
+
+    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every:
+                        fake(seed, name, out))
+    monkeypatch.setattr(race, "run_trl", lambda out, minutes, seed, size, every: fake(seed, "e", out))
+    assert race.main(["--seeds", "0", "1", "--minutes", "3", "--eval-every", "60", "--legs", "e", "a",
+                      "b", "c", "--output-dir", str(tmp_path), "--skip-throughput"]) == 0
+    assert order == [(0, "e"), (0, "a"), (0, "b"), (0, "c"), (1, "e"), (1, "a"), (1, "b"), (1, "c")]
+    md = (tmp_path / "race.md").read_text()
+    first = md.splitlines()[0]
+    assert first.startswith("Race of 20") and "cores (os.cpu_count())" in first
+    assert "seeds 0 1, 3 min per leg, eval 200 problems every 60 s, target 40%" in first
+    assert "goal (means over seeds): PASS." in md and "goal (means over seeds): PASS." in capsys.readouterr().out
+    data = json.loads((tmp_path / "race.json").read_text())
+    assert data["settings"]["seeds"] == [0, 1] and data["settings"]["checkpoints"] == [60, 120]
+    assert data["goal"]["met"] is True and data["goal"]["c_at_or_above_b"] is True
+    assert data["runs"]["1"]["b"]["evals"] == two_seeds()[1]["b"]["evals"]  # the measured points
+    assert data["runs"]["0"]["a"]["interpolated"]["accuracy_at"]["60"] == pytest.approx(0.35 + 0.06 * 60 / 61)
+    assert data["legs"]["a"]["updates_per_minute"]["min"] == pytest.approx(150.0)
+    assert data["ratios"]["c/b"]["updates_per_minute"]["max"] == pytest.approx(1.4)
+    assert (tmp_path / "race.png").stat().st_size > 1000
+    # --seed still means one seed; the default evaluation period is 30 s
+    order.clear()
+    race.main(["--seed", "1", "--legs", "c", "--output-dir", str(tmp_path), "--skip-throughput"])
+    assert order == [(1, "c")]
+    assert json.loads((tmp_path / "race.json").read_text())["settings"]["eval_every"] == 30.0
+
+
+def test_resume_runs_only_the_missing_legs_and_keeps_the_others(tmp_path, monkeypatch):
+    order = []
+
+    def fake(seed, name):
+        order.append((seed, name))
+        return two_seeds()[seed % 2][name]
+
+    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every:
+                        fake(seed, name))
+    common = ["--minutes", "3", "--eval-every", "60", "--legs", "a", "b", "--output-dir",
+              str(tmp_path), "--skip-throughput"]
+    race.main(["--seeds", "0"] + common)
+    order.clear()
+    race.main(["--seeds", "0", "1", "--resume"] + common)
+    assert order == [(1, "a"), (1, "b")]  # seed 0 came from race.json
+    data = json.loads((tmp_path / "race.json").read_text())
+    assert data["runs"]["0"]["a"]["evals"] == two_seeds()[0]["a"]["evals"]
+    assert data["settings"]["seeds"] == [0, 1]
+    with pytest.raises(SystemExit):  # other settings than the saved race: refused
+        race.main(["--seeds", "0", "--resume", "--minutes", "2", "--legs", "a", "--output-dir",
+                   str(tmp_path), "--skip-throughput", "--eval-every", "60"])
+
+
+def test_race_png_has_a_line_and_band_per_leg():
+    fig = race.plot(two_seeds(), minutes=3, eval_every=60)
+    ax1, ax2 = fig.axes
+    assert [t.get_text() for t in ax1.get_legend().get_texts()] == [
+        "(a) sync GRPO", "(b) sync TB", "(c) async TBA", "(e) TRL GRPOTrainer"]
+    assert len(ax1.collections) == 4  # one min-max band per leg
+    xs, mean, lo, hi = race.curve_points(two_seeds(), "a", 3, 60)
+    assert xs[0] == 0 and xs[-1] == 180 and 60 in xs and 120 in xs
+    i = xs.index(60)
+    assert mean[i] == pytest.approx(0.35 + 0.07 * 60 / 61) and lo[i] < mean[i] < hi[i]
+    assert len(ax2.patches) == 4
+
+
+# ------------------------------------------------------------------ curves.png (tba_lab/runlog.py)
+def fake_run(path: Path, interim_n: int, eval_n: int, summary: dict | None, after: bool = True):
+    path.mkdir()
+    rows = [{"step": 0, "wall_seconds": 0.0, "accuracy": 0.346, "n": eval_n}]
+    rows += [{"step": 100 * i, "wall_seconds": 60.0 * i + 1.3, "accuracy": a, "n": interim_n}
+             for i, a in enumerate([0.375, 0.38, 0.48, 0.50], start=1)]
+    if after:
+        rows.append({"step": 540, "wall_seconds": 270.2, "accuracy": 0.488, "n": eval_n})
+    (path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "wall_seconds": s / 2, "reward_mean": 0.2 + s / 2000,
+                    "searcher_reward_mean": 0.25 + s / 2000}) + "\n" for s in range(1, 541, 9)))
+    if summary is not None:
+        (path / "summary.json").write_text(json.dumps(summary))
+    return rows
+
+
+def legend_texts(fig):
+    return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_curves_png_draws_interim_and_before_after_as_two_labelled_series(tmp_path):
+    from tba_lab.runlog import plot_curves, split_evals
+
+    summary = {"accuracy_after": 0.488, "wall_seconds": 270.2, "interrupted": False}
+    rows = fake_run(tmp_path / "r", 200, 500, summary)
+    fig = plot_curves(tmp_path / "r")
+    assert (tmp_path / "r" / "curves.png").stat().st_size > 1000
+    assert legend_texts(fig) == ["interim, 200 problems", "before/after, 500 problems"]
+    interim, ends = fig.axes[0].get_lines()
+    assert list(interim.get_xdata()) == [61.3, 121.3, 181.3, 241.3]  # 50% at 241 s is not the end
+    assert list(ends.get_xdata()) == [0.0, 270.2] and list(ends.get_ydata()) == pytest.approx([34.6, 48.8])
+    assert interim.get_linestyle() == "-" and ends.get_linestyle() == "None"
+    assert ends.get_markersize() > interim.get_markersize()
+    assert split_evals(rows, summary) == ([rows[0]], rows[1:-1], [rows[-1]])
+
+    # the race's runs use one size for both: the kinds still come apart (by position + summary)
+    summary = {"accuracy_after": 0.488, "wall_seconds": 270.2, "interrupted": False}
+    rows = fake_run(tmp_path / "same", 200, 200, summary)
+    assert legend_texts(plot_curves(tmp_path / "same")) == ["interim, 200 problems",
+                                                            "before/after, 200 problems"]
+    assert split_evals(rows, summary) == ([rows[0]], rows[1:-1], [rows[-1]])
+
+    # an interrupted run has no after-evaluation: its last row is an interim one
+    rows = fake_run(tmp_path / "stopped", 200, 200, {"accuracy_after": None, "wall_seconds": 241.3,
+                                                      "interrupted": True}, after=False)
+    assert legend_texts(plot_curves(tmp_path / "stopped")) == ["interim, 200 problems",
+                                                               "before, 200 problems"]
+    # no summary.json: told apart by size when they differ
+    rows = fake_run(tmp_path / "nosummary", 100, 500, None)
+    assert split_evals(rows) == ([rows[0]], rows[1:-1], [rows[-1]])
+    assert legend_texts(plot_curves(tmp_path / "nosummary")) == ["interim, 100 problems",
+                                                                 "before/after, 500 problems"]

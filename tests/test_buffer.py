@@ -56,7 +56,7 @@ def softmax(x):
 
 # ------------------------------------------------------------ storage rules
 def test_dedup_newest_copy_wins():
-    buf = ReplayBuffer(capacity_per_prompt=8)
+    buf = ReplayBuffer(capacity_per_prompt=8, dedup=True)
     assert buf.add([ro(0, [1, 2], 0.0, version=0), ro(0, [3], 0.5, version=0)]) == 2
     assert buf.add([ro(0, [1, 2], 1.0, version=5)]) == 0  # duplicate: replaces, not counted
     items = buf.items(0)
@@ -70,12 +70,39 @@ def test_dedup_newest_copy_wins():
 
 
 def test_capacity_keeps_newest():
-    buf = ReplayBuffer(capacity_per_prompt=3)
+    buf = ReplayBuffer(capacity_per_prompt=3, dedup=True)
     buf.add([ro(0, [i], version=i) for i in range(5)])
     assert [r.version for r in buf.items(0)] == [2, 3, 4]
     buf.add([ro(0, [2], version=9)])  # re-adding an old sequence refreshes it instead of growing
     assert [r.version for r in buf.items(0)] == [3, 4, 9]
     assert len(buf) == 3
+
+
+def test_default_keeps_repeats_so_a_recency_group_is_the_searchers_sample():
+    """Without de-duplication the K newest items of a prompt are the searcher's group as it
+    sampled it (6 copies of the likely answer, 2 others); with it, the group is 3 distinct
+    answers plus 5 uniform resamples, and the likely answer's share falls from 6/8."""
+    group = [ro(0, [4, 2], 1.0)] * 6 + [ro(0, [5], 0.0), ro(0, [6, 1], 0.0)]
+    buf = ReplayBuffer(capacity_per_prompt=16, recency_prob=1.0, seed=0)
+    assert buf.add(group) == 8 and len(buf) == 8
+    for _ in range(5):
+        assert [key(r) for r in buf.sample(1, 8)] == [key(r) for r in group]
+    dd = ReplayBuffer(capacity_per_prompt=16, recency_prob=1.0, seed=0, dedup=True)
+    assert dd.add(group) == 3 and len(dd) == 3
+    share = np.mean([sum(r.response_ids == [4, 2] for r in dd.sample(1, 8)) / 8
+                     for _ in range(2000)])
+    assert abs(share - (1 + 5 / 3) / 8) < 0.01  # one stored copy + 5 draws at 1/3 each
+
+
+def test_reward_mode_without_dedup_draws_answers_at_their_sampled_frequency():
+    """First row of a reward-mode group (inv_temp 0): P(answer) = its share of the stored
+    samples (6/8 for the repeated one); a de-duplicated buffer would give 1/3."""
+    buf = ReplayBuffer(capacity_per_prompt=16, recency_prob=0.0, seed=4)
+    buf.add([ro(0, [4, 2])] * 6 + [ro(0, [5]), ro(0, [6, 1])])
+    counts = Counter(tuple(buf.sample(1, 2)[0].response_ids) for _ in range(3000))
+    observed = [counts[(4, 2)], counts[(5,)], counts[(6, 1)]]
+    assert chi2_pvalue(observed, [6, 1, 1]) > 1e-3
+    assert chi2_pvalue(observed, [1, 1, 1]) < 1e-6
 
 
 def test_add_rejects_bad_rollouts_atomically():
@@ -149,7 +176,7 @@ def test_prompt_major_layout_and_distinct_prompts():
 
 # ------------------------------------------------------------ recency mode
 def test_recency_mode_returns_newest_of_refreshed_then_falls_back():
-    buf = ReplayBuffer(capacity_per_prompt=16, recency_prob=1.0, seed=1)
+    buf = ReplayBuffer(capacity_per_prompt=16, recency_prob=1.0, seed=1, recency_fallback="reward")
     for pid in range(5):
         buf.add([ro(pid, [pid, j], version=0) for j in range(6)])
     buf.mark_sync()
@@ -176,6 +203,34 @@ def test_recency_mode_returns_newest_of_refreshed_then_falls_back():
         seen[buf.sample(1, K)[0].prompt_id] += 1
         assert buf.last_modes == ["reward"]
     assert set(seen) == set(range(5))
+
+
+def test_recency_fallback_newest_takes_the_most_recently_refreshed_unused_prompts():
+    """With no prompt refreshed since the last sync (the trainer outran the searcher), a recency
+    slot takes the newest unused prompt instead of a reward-mode draw over every prompt."""
+    buf = ReplayBuffer(capacity_per_prompt=8, recency_prob=1.0, seed=2)  # the default: "newest"
+    for pid in range(6):
+        buf.add([ro(pid, [pid, j], version=pid) for j in range(4)])
+    buf.add([ro(1, [1, 9], version=7)])  # prompt 1 becomes the most recently refreshed
+    buf.mark_sync()
+    batch = buf.sample(3, 4)
+    assert [batch[4 * i].prompt_id for i in range(3)] == [1, 5, 4]
+    assert buf.last_modes == ["recency"] * 3
+    assert [key(r) for r in batch[:4]] == [key(r) for r in buf.items(1)[-4:]]
+    # refreshed prompts still come first (uniformly), then the newest of the rest
+    buf.add([ro(2, [2, 8], version=8)])
+    for _ in range(200):
+        b = buf.sample(2, 4)
+        assert [b[0].prompt_id, b[4].prompt_id] == [2, 1]
+    # the old rule: reward mode over all prompts
+    old = ReplayBuffer(capacity_per_prompt=8, recency_prob=1.0, seed=2, recency_fallback="reward")
+    for pid in range(6):
+        old.add([ro(pid, [pid, j]) for j in range(4)])
+    old.mark_sync()
+    seen = Counter(old.sample(1, 4)[0].prompt_id for _ in range(600))
+    assert set(seen) == set(range(6)) and old.last_modes == ["reward"]
+    with pytest.raises(ValueError, match="recency_fallback"):
+        ReplayBuffer(recency_fallback="oldest")
 
 
 def test_recency_mode_with_fewer_items_than_k():
@@ -322,6 +377,17 @@ def test_loads_format_1_checkpoints():
     restored = ReplayBuffer()
     restored.load_state_dict(old)
     assert [restored.items(p) for p in restored.prompt_ids()] == [buf.items(p) for p in buf.prompt_ids()]
+
+
+def test_states_from_before_the_new_options_load_with_the_old_rules():
+    state = _filled(2).state_dict()
+    assert state["config"]["dedup"] is False and state["config"]["recency_fallback"] == "newest"
+    del state["config"]["dedup"], state["config"]["recency_fallback"]  # older code's state
+    restored = ReplayBuffer()
+    restored.load_state_dict(state)
+    assert restored.dedup is True and restored.recency_fallback == "reward"
+    restored.add([ro(50, [1]), ro(50, [1])])
+    assert len(restored.items(50)) == 1
 
 
 def test_save_is_atomic(tmp_path, monkeypatch):

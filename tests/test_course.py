@@ -14,7 +14,7 @@ from tba_lab.lab.course import EXERCISES, check
 from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce
 
 NOTEBOOKS = ["01_on_policy_grpo", "02_trajectory_balance", "03_replay_buffer",
-             "04_async_searchers", "05_scaling", "06_explorer"]
+             "04_async_searchers", "05_scaling", "06_explorer", "07_paper_findings"]
 PARAMETERS = ("SMOKE", "SEED", "OUTPUT_DIR", "USE_SOLUTIONS")
 
 
@@ -67,6 +67,10 @@ def test_reproduce_reports_a_failing_notebook_and_exits_nonzero(tmp_path):
     assert json.loads((out / "parameters.json").read_text())["99_broken.ipynb"]["SMOKE"] is True
 
 
+# 07 runs twelve short trainings (four experiments) even in SMOKE mode
+SMOKE_BOUND_SECONDS = {"07_paper_findings.ipynb": 150}
+
+
 def test_reproduce_smoke_runs_every_notebook(tmp_path):
     """The CI reproducibility run: every notebook, SMOKE configuration, solutions plugged in."""
     results = reproduce(tmp_path, smoke=True, seed=0)
@@ -76,13 +80,15 @@ def test_reproduce_smoke_runs_every_notebook(tmp_path):
     for r in results:
         assert r["figures"], f"{r['notebook']}: no figure saved"
         assert r["metrics"], f"{r['notebook']}: no metrics.json"
-        assert r["seconds"] <= 90, f"{r['notebook']}: SMOKE took {r['seconds']} s (bound 60 s)"
+        bound = SMOKE_BOUND_SECONDS.get(r["notebook"], 90)
+        assert r["seconds"] <= bound, f"{r['notebook']}: SMOKE took {r['seconds']} s (bound {bound} s)"
         executed = nbformat.read(tmp_path / r["notebook"], as_version=4)
         printed = "\n".join(o.get("text", "") for c in executed.cells if c.cell_type == "code"
                             for o in c.outputs if o.get("output_type") == "stream")
         assert "FAIL" not in printed and printed.count("PASS") >= 2, r["notebook"]
     report = (tmp_path / "report.md").read_text()
-    assert "6/6 notebooks ran" in report and report.count("![") >= 6
+    n = len(NOTEBOOKS)
+    assert f"{n}/{n} notebooks ran" in report and report.count("![") >= n
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,6 +158,9 @@ ALLOWED_NUMBERS = {
         "0.014": SETTING, "0.004": SETTING, "1e-4": SETTING, "20 s": SETTING, "9 minutes": SETTING,
         "0.4": ARITHMETIC, "about ±3.5 points": ARITHMETIC, "±4.9": ARITHMETIC,
         "10 points": CITED},
+    "07_paper_findings": {
+        "0 s": SETTING, "0.5": SETTING, "0.8": SETTING, "0.95": SETTING, "0.014": CITED,
+        "0.004": CITED},
 }
 # Notebooks whose text still quotes the authors' own runs, to be replaced by printed output.
 # strict: the day a notebook is fixed this test XPASSes and fails, so that the entry goes.

@@ -29,8 +29,8 @@ them from a run directory).
 Departures, stated plainly: durations are constants (no per-batch variation unless ``jitter``),
 OS scheduling is ideal processor sharing, message passing and weight copies take no time unless
 given (``overhead_seconds``, ``publish_seconds``), and fake rollouts are all distinct responses
-unless ``unique_fraction`` < 1 (the real buffer de-duplicates identical responses, which delays
-the initial fill).
+unless ``unique_fraction`` < 1 (which simulates a de-duplicating buffer, ``buffer.dedup: true``,
+where repeats delay the initial fill).
 
 Also here: the closed forms of the course's exercises (:func:`sync_updates_per_minute`,
 :func:`async_throughput`), :func:`run_timings` (the measured inputs of a run directory),
@@ -176,8 +176,9 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
         initial_fill: rollouts in the buffer before the first async update.
         num_prompts, num_generations: B and K.
         recency_prob, inv_temp, max_prompts, capacity_per_prompt: the buffer's settings.
-        unique_fraction: fraction of each group's K responses that are distinct token sequences
-            (the buffer keeps one copy of duplicates); 1.0 = all distinct.
+        unique_fraction: fraction of each group's K responses that are distinct token sequences;
+            below 1.0 the simulated buffer de-duplicates (``buffer.dedup: true``) and keeps one
+            copy of each; 1.0 = all distinct.
         overhead_seconds: trainer work per update outside ``update_seconds`` (draining, sampling,
             logging); ``run_timings`` estimates it.
         publish_seconds: trainer time per weight publication (k matters when this is large).
@@ -217,7 +218,7 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
     B, K = num_prompts, num_generations
     n_unique = max(1, round(unique_fraction * K))
     buffer = ReplayBuffer(capacity_per_prompt, recency_prob, inv_temp, seed=seed,
-                          max_prompts=max_prompts or None)
+                          max_prompts=max_prompts or None, dedup=unique_fraction < 1)
     streams = [np.random.default_rng(seed * 1000 + i + 1).permutation(num_train_prompts)
                for i in range(num_searchers)]
     stream_pos = [0] * num_searchers

@@ -41,7 +41,7 @@ from tba_lab.lab.runs import (  # noqa: F401  (re-exported: notebook 06, tests)
     STOPPED_FILE, _stopped_early, _mark_stopped, _was_stopped, _algo_section, _natural,
     list_runs, compare_runs, export_config, next_run_dir, _fmt_cell, _TABLE_COLUMNS,
     runs_table_html, comparison_html)
-from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows  # noqa: F401  (moving_average: exercise 06)
+from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows, split_evals  # noqa: F401  (moving_average: exercise 06)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -256,16 +256,15 @@ def draw_runs(run_dirs, labels=None, fig=None, window: int = 10, title: str | No
         if ev:
             key = eval_metric(ev[0])
             scale = 100 if key == "accuracy" else 1
-            full = max(e["n"] for e in ev)
-            ends = [e for e in ev if e["n"] == full]
-            mid = [e for e in ev if e["n"] != full]
-            ax_a.plot([e["wall_seconds"] for e in ev], [scale * e[key] for e in ev],
-                      color=c, alpha=0.5)
-            ax_a.plot([e["wall_seconds"] for e in ends], [scale * e[key] for e in ends], "s",
-                      color=c, label=f"{lab} ({full} problems)")
+            before, mid, after = split_evals(ev, run["summary"])
+            ends = before + after  # full held-out set; interim points are a noisier subset
+            if ends:
+                ax_a.plot([e["wall_seconds"] for e in ends], [scale * e[key] for e in ends], "s",
+                          color=c, label=f"{lab} (before/after, {ends[0]['n']} problems)")
             if mid:
                 ax_a.plot([e["wall_seconds"] for e in mid], [scale * e[key] for e in mid],
-                          "o", color=c, mfc="white", label=f"{lab} (interim, {mid[0]['n']})")
+                          "o-", color=c, mfc="white", alpha=0.8,
+                          label=f"{lab} (interim, {mid[0]['n']} problems)")
     ax_r.set(ylabel="mean reward", title=f"reward (moving average of {window} updates)")
     ax_l.set(ylabel="loss", title=f"loss (moving average of {window})")
     ax_s.set(ylabel="updates", title="staleness of the trained batch")

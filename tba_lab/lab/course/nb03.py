@@ -47,7 +47,8 @@ def prompt_probabilities(num_prompts: int, refreshed, recency_prob: float) -> np
 
     With probability m (``recency_prob``) the slot picks uniformly among the ``refreshed``
     prompts (refreshed since the last sync), otherwise uniformly among all prompts. With no
-    refreshed prompt, the slot always uses reward mode (uniform over all prompts).
+    refreshed prompt, the slot always uses reward mode (uniform over all prompts): the buffer's
+    ``recency_fallback="reward"`` rule (the default, ``"newest"``, would take the newest prompt).
     """
     n = int(num_prompts)
     p = np.full(n, 1.0 / n)
@@ -136,7 +137,7 @@ def simulate_pipeline(steps: int = 300, sync_period: int = 1, gen_ticks: int = 2
                       prompts_per_batch: int = 8, group_size: int = 4, batch_prompts: int = 8,
                       recency_prob: float = 0.8, inv_temp: float = 0.0, max_prompts=None,
                       capacity: int = 16, initial_fill: int = 64, prompt_pool=None,
-                      seed: int = 0) -> dict:
+                      seed: int = 0, dedup: bool = False) -> dict:
     """A fake asynchronous run on the real :class:`ReplayBuffer`, with no model, to see what the
     trainer samples. Time advances in ticks; at each tick:
 
@@ -150,7 +151,7 @@ def simulate_pipeline(steps: int = 300, sync_period: int = 1, gen_ticks: int = 2
 
     Prompt ids come from an endless stream (``prompt_pool=None``: every prompt new, like the
     20,000-problem train split) or cycle through ``prompt_pool`` ids (prompts repeat). A response
-    is 3 tokens from a 4-token vocabulary, so duplicates happen and de-duplication is visible;
+    is 3 tokens from a 4-token vocabulary, so repeats happen (and ``dedup=True`` removes them);
     rewards are 0/1 with a per-prompt success rate.
 
     Returns:
@@ -160,7 +161,7 @@ def simulate_pipeline(steps: int = 300, sync_period: int = 1, gen_ticks: int = 2
     """
     rng = np.random.default_rng(seed)
     buf = ReplayBuffer(capacity_per_prompt=capacity, recency_prob=recency_prob, inv_temp=inv_temp,
-                       seed=seed, max_prompts=max_prompts)
+                       seed=seed, max_prompts=max_prompts, dedup=dedup)
     next_prompt, updates, published, ticks, fill_ticks, duplicates = 0, 0, 0, 0, 0, 0
     started = [(0, 0)]  # (tick started, version pulled) of the batch in progress
     staleness: list[int] = []
@@ -215,7 +216,7 @@ def dedup_solution(rollouts, capacity):
 
 
 def dedup_reference(rollouts, capacity):
-    buf = ReplayBuffer(capacity_per_prompt=capacity)
+    buf = ReplayBuffer(capacity_per_prompt=capacity, dedup=True)
     buf.add(rollouts)
     return buf.items(rollouts[0].prompt_id) if rollouts else []
 

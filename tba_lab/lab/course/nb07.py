@@ -1,0 +1,122 @@
+"""Exercises of notebook 07 (the paper's findings in miniature): time to a target accuracy by
+linear interpolation, and the Monte Carlo KL to the reference policy.
+
+References live in :mod:`tba_lab.lab.experiments` (``common.time_to_target`` and
+``beta.kl_estimate``), which the experiments' reports use.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tba_lab.lab.course import Exercise
+from tba_lab.lab.experiments.beta import kl_estimate
+from tba_lab.lab.experiments.common import time_to_target
+
+
+# ---------------------------------------------------------------- 07.time_to_target
+def time_to_target_stub(evals, target):
+    """Seconds until the held-out accuracy first reaches ``target``.
+
+    Args:
+        evals: list of dicts with "wall_seconds" and "accuracy" (the evaluation before
+            training is at 0 s); sort them by time first.
+        target: accuracy to reach, a fraction (0.40).
+    Returns:
+        the first evaluation's time if it already reaches the target; else the time where the
+        straight line between the last evaluation below and the first at or above the target
+        crosses it; None if no evaluation reaches it.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def time_to_target_solution(evals, target):
+    rows = sorted(evals, key=lambda e: e["wall_seconds"])
+    if rows[0]["accuracy"] >= target:
+        return rows[0]["wall_seconds"]
+    for i in range(1, len(rows)):
+        if rows[i]["accuracy"] >= target:
+            t0, a0 = rows[i - 1]["wall_seconds"], rows[i - 1]["accuracy"]
+            t1, a1 = rows[i]["wall_seconds"], rows[i]["accuracy"]
+            return t0 + (t1 - t0) * (target - a0) / (a1 - a0)  # on the line between the two
+    return None
+
+
+def _rows(pairs):
+    return [{"wall_seconds": t, "accuracy": a} for t, a in pairs]
+
+
+def _ttt_cases():
+    return [
+        ((_rows([(0, 0.35), (15, 0.38), (30, 0.44), (45, 0.47)]), 0.40), {}),   # between 15 and 30
+        ((_rows([(30, 0.44), (0, 0.35), (15, 0.38)]), 0.40), {}),               # unsorted rows
+        ((_rows([(0, 0.35), (15, 0.34), (30, 0.39)]), 0.40), {}),               # never reached
+        ((_rows([(0, 0.42), (15, 0.39), (30, 0.45)]), 0.40), {}),               # reached at the start
+        ((_rows([(0, 0.30), (10, 0.41), (20, 0.36), (30, 0.50)]), 0.40), {}),   # FIRST crossing
+        ((_rows([(0, 0.30), (12, 0.40)]), 0.40), {}),                           # exactly on target
+    ]
+
+
+def _compare_optional(got, want):
+    if want is None or got is None:
+        return None if got is want else f"got {got!r}, expected {want!r}"
+    if not math.isclose(float(got), float(want), rel_tol=1e-6, abs_tol=1e-6):
+        return f"got {float(got):.6g} s, expected {float(want):.6g} s"
+    return None
+
+
+TIME_TO_TARGET = Exercise(
+    name="07.time_to_target",
+    description="seconds to a target accuracy, linear between the evaluations around the crossing",
+    stub=time_to_target_stub, solution=time_to_target_solution, reference=time_to_target,
+    cases=_ttt_cases, compare=_compare_optional)
+
+
+# ---------------------------------------------------------------- 07.kl_estimate
+def kl_estimate_stub(token_logps, ref_token_logps, mask):
+    """Monte Carlo KL(pi || pi_ref) in nats per response, from N responses sampled from pi.
+
+    Args:
+        token_logps: (N, R) tensor, log pi of each response token.
+        ref_token_logps: (N, R) tensor, log pi_ref of the same tokens.
+        mask: (N, R) bool tensor, True on response tokens (False on padding).
+    Returns:
+        a float: the mean over the N responses of sum over tokens of (log pi - log pi_ref).
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def kl_estimate_solution(token_logps, ref_token_logps, mask):
+    total = 0.0
+    for i in range(token_logps.shape[0]):  # one response at a time: its sequence log-ratio
+        keep = mask[i]
+        total += float((token_logps[i][keep] - ref_token_logps[i][keep]).sum())
+    return total / token_logps.shape[0]
+
+
+def _kl_cases():
+    g = torch.Generator().manual_seed(7)
+    cases = []
+    for n, r in ((4, 6), (8, 3), (1, 5)):
+        lp = -torch.rand(n, r, generator=g) * 3
+        ref = -torch.rand(n, r, generator=g) * 3
+        lengths = torch.randint(1, r + 1, (n,), generator=g)
+        mask = torch.arange(r)[None, :] < lengths[:, None]
+        cases.append(((lp, ref, mask), {}))
+    lp = torch.log(torch.tensor([[0.5, 0.5, 1.0], [0.5, 1.0, 1.0]]))
+    ref = torch.log(torch.tensor([[0.25, 0.5, 1.0], [0.125, 1.0, 1.0]]))  # KL = 1.5 ln 2
+    cases.append(((lp, ref, torch.tensor([[True, True, False], [True, False, False]])), {}))
+    return cases
+
+
+KL_ESTIMATE = Exercise(
+    name="07.kl_estimate",
+    description="KL to the reference: mean over samples of the masked sum of log pi - log pi_ref",
+    stub=kl_estimate_stub, solution=kl_estimate_solution, reference=kl_estimate,
+    cases=_kl_cases)
+
+
+EXERCISES = [TIME_TO_TARGET, KL_ESTIMATE]

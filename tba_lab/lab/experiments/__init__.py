@@ -1,0 +1,276 @@
+"""The paper's claims in miniature: ``tba-lab experiment NAME [--smoke] [--seeds 0 1 2]``.
+
+Four experiments reproduce claims of TBA (Bartoldson et al., "Trajectory Balance with
+Asynchrony", arXiv 2503.18929) on the embedded tiny model and arithmetic task, each over
+several seeds (default 0 1 2), reporting the mean and the range (min to max) over seeds:
+
+=============  ===============================================================================
+``off_policy``  accuracy gain vs sync period k in {1, 4, 16, 64}, TB vs GRPO vs RLOO (Sec. 4)
+``buffer``      recency m and reward prioritisation inv_temp: accuracy and distinct correct
+                responses (Sec. 3-4)
+``beta``        TB's KL coefficient, constant or annealed: accuracy and KL to the reference
+                (Eq. 2, Sec. 4)
+``scaling``     1, 2, 4 searchers: wall-clock time to a target accuracy, throughput, and the
+                simulator's prediction (Sec. 4)
+=============  ===============================================================================
+
+Each writes ``<output-dir>/<NAME>/``: ``report.md`` (date, core count, seeds and settings; each
+figure with a reading GENERATED from the numbers; a table; the departures from the paper),
+the figure (PNG), ``results.json`` (every run's raw numbers, rewritten after each run) and
+``runs/<variant>_seed<S>/`` (each run's own files, ``checkpoint.pt`` removed).
+
+Every run is the real :func:`tba_lab.trainer.train` with a config from
+:func:`tba_lab.config.from_dict`, one at a time in this process, seed-major (for each seed,
+every variant), so a drift in machine load hits the variants alike. Experiments 1-3 compare at
+equal trainer updates (``training.max_steps``, with ``max_minutes`` only as a safety cap), so
+their results do not depend on the machine's speed; ``scaling`` is about speed and uses a
+wall-clock budget.
+
+Where the miniature departs from the paper: a 1M-parameter model on synthetic two-step
+arithmetic instead of 0.4-7B models on GSM8K/MATH, TL;DR and red-teaming; CPU processes
+sharing a few cores instead of GPUs; tens of trainer updates per run instead of hundreds or
+thousands; GRPO and RLOO as the kit implements them (off-policy with a per-token PPO clip on
+the recorded behaviour log-probs); greedy exact-match accuracy on 200 held-out problems,
+whose binomial standard error (about 3.5 points at 40%) is comparable to the effects measured.
+Each module lists its own departures, and its report repeats them.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from tba_lab.lab.experiments import beta, buffer_sampling, off_policy, scaling
+from tba_lab.lab.experiments.common import (ExperimentError, check_seeds, header, now,
+                                            time_to_target, train_run, write_report,
+                                            write_result)
+
+EXPERIMENTS = {m.NAME: m for m in (off_policy, buffer_sampling, beta, scaling)}
+NAMES = [*EXPERIMENTS, "all"]
+DEFAULT_SEEDS = (0, 1, 2)
+SMOKE_SEEDS = (0,)
+
+
+def resolve(name: str) -> list[str]:
+    """The experiment names ``name`` stands for (``all``: the four, in order).
+
+    Raises:
+        ExperimentError: an unknown name; the message lists the known ones.
+    """
+    if name == "all":
+        return list(EXPERIMENTS)
+    if name not in EXPERIMENTS:
+        raise ExperimentError(f"unknown experiment {name!r}; choose one of: {', '.join(NAMES)}")
+    return [name]
+
+
+def experiment_settings(name: str, smoke: bool = False, settings: dict | None = None,
+                        strict: bool = True) -> dict:
+    """The settings experiment ``name`` runs with: its full or SMOKE defaults, updated with
+    ``settings`` (e.g. ``{"eval_size": 500}``, ``{"target": 0.45}`` for ``scaling``).
+
+    Raises:
+        ExperimentError: with ``strict``, a key the experiment does not have (the message lists
+            its keys); ``eval_size`` < 1 or ``target`` outside (0, 1].
+    """
+    mod = EXPERIMENTS[resolve(name)[0]]
+    s = mod.settings(smoke)
+    for key, value in (settings or {}).items():
+        if key not in s:
+            if strict:
+                raise ExperimentError(f"experiment {name!r} has no setting {key!r}; its settings: "
+                                      f"{sorted(s)}")
+            continue
+        if key == "eval_size" and (not isinstance(value, int) or value < 1):
+            raise ExperimentError(f"--eval-size {value}: give the number of held-out problems, >= 1")
+        if key == "target" and not 0 < value <= 1:
+            raise ExperimentError(f"--target {value}: give an accuracy in (0, 1], e.g. 0.40")
+        s[key] = value
+    return s
+
+
+def estimate_minutes(name: str, smoke: bool = False, seeds=None,
+                     settings: dict | None = None) -> dict[str, float]:
+    """Planned wall-clock minutes per experiment on a 2-core machine (``all``: each of the
+    four), from the runs' count and length and the costs in
+    :mod:`tba_lab.lab.experiments.common` (start-up per run, 2-core update rate)."""
+    seeds = check_seeds(_default_seeds(seeds, smoke))
+    out = {}
+    for n in resolve(name):
+        s = experiment_settings(n, smoke, settings, strict=False)
+        out[n] = EXPERIMENTS[n].estimate_seconds(s, len(seeds), smoke) / 60.0
+    return out
+
+
+def _default_seeds(seeds, smoke: bool) -> list:
+    return list(seeds) if seeds is not None else list(SMOKE_SEEDS if smoke else DEFAULT_SEEDS)
+
+
+def run_experiment(name: str, smoke: bool = False, seeds=None,
+                   output_dir: str | Path = "runs/experiments", settings: dict | None = None,
+                   log=print) -> dict:
+    """Run one experiment over ``seeds`` and write its report; returns the result dict (as
+    ``results.json``, plus ``"report"`` and ``"figures"`` paths).
+
+    Args:
+        name: one of :data:`EXPERIMENTS` (not ``all``: see :func:`run_all`).
+        smoke: the tiny SMOKE settings (a few updates per run, small evaluations).
+        seeds: ints; default 0 1 2 (SMOKE: 0).
+        output_dir: the experiment goes to ``output_dir/name``.
+        settings: overrides of the experiment's settings (:func:`experiment_settings`).
+        log: called with one line per run and the estimate (None: silent).
+
+    Raises:
+        ExperimentError: unknown name, empty or repeated seeds, unknown setting.
+        tba_lab.config.ConfigError: a setting that makes an invalid run config.
+        KeyboardInterrupt: re-raised after ``results.json`` holds the runs so far.
+    """
+    say = log or (lambda *a, **k: None)
+    if name == "all":
+        raise ExperimentError("run_experiment runs one experiment; use run_all for 'all'")
+    mod = EXPERIMENTS[resolve(name)[0]]
+    seeds = check_seeds(_default_seeds(seeds, smoke))
+    s = experiment_settings(name, smoke, settings)
+    out = Path(output_dir) / name
+    plan = mod.variants(s)
+    est = mod.estimate_seconds(s, len(seeds), smoke)
+    say(f"{name}: {len(plan) * len(seeds)} runs ({len(plan)} variants x seeds "
+        f"{' '.join(map(str, seeds))}), estimated {est / 60:.1f} min on 2 cores")
+    started, t0 = now(), time.time()
+    result = {"experiment": name, "title": mod.TITLE, "claim": mod.CLAIM, "smoke": smoke,
+              "started": started, "cores": os.cpu_count(), "seeds": seeds,
+              "settings": s, "estimate_seconds": round(est, 1), "runs": []}
+    runs = result["runs"]
+    for seed in seeds:  # seed-major: a drift in machine load hits every variant alike
+        for variant, overrides in plan:
+            run_dir = out / "runs" / f"{variant}_seed{seed}"
+            t_run = time.time()
+            summary, evals = train_run(overrides, run_dir, seed)
+            row = {"variant": variant, "seed": seed, "run_dir": str(run_dir),
+                   "overrides": overrides, "summary": summary,
+                   "evals": [{k: e.get(k) for k in ("step", "wall_seconds", "accuracy", "n")}
+                             for e in evals]}
+            row.update(mod.measure(run_dir, summary, s, variant, runs))
+            row["seconds"] = round(time.time() - t_run, 1)
+            runs.append(row)
+            write_result(out, result)
+            say(f"  [{len(runs)}/{len(plan) * len(seeds)}] {variant} seed {seed}: accuracy "
+                f"{_pct(summary.get('accuracy_before'))} -> {_pct(summary.get('accuracy_after'))}"
+                f", {summary.get('trainer_steps')} updates, {row['seconds']:.0f} s")
+    analysis = mod.analyse(runs, s)
+    figures = mod.figures(analysis, out)
+    readings = mod.readings(analysis)
+    seconds = time.time() - t0
+    result.update(finished=now(), seconds=round(seconds, 1), analysis=analysis,
+                  readings=readings, figures=[f for f, _ in figures])
+    report = write_report(out, _report_lines(mod, result, figures))
+    write_result(out, result)
+    say(f"{name}: done in {seconds / 60:.1f} min; report {report}")
+    return {**result, "report": str(report), "figures": [str(out / f) for f, _ in figures]}
+
+
+def _report_lines(mod, result: dict, figures: list[tuple[str, str]]) -> list[str]:
+    """``report.md``: header, each figure with its generated reading, the table, departures."""
+    lines = header(result["experiment"], mod.TITLE, mod.CLAIM, result["seeds"], result["smoke"],
+                   result["settings"], result["started"], result["seconds"],
+                   len(result["runs"]), result["estimate_seconds"])
+    for i, (fig, caption) in enumerate(figures, 1):
+        lines += [f"## Figure {i}", "", f"![{caption}]({fig})", "", caption, "",
+                  "**Reading (sentences generated from this run's numbers):**", ""]
+        lines += [f"- {r}" for r in result["readings"]] + [""]
+    capped = [f"{r['variant']} seed {r['seed']}" for r in result["runs"] if r.get("capped")]
+    if capped:
+        lines += [f"**Stopped by the time cap before max_steps:** {', '.join(capped)}.", ""]
+    lines += ["## Numbers", "", *mod.table(result["analysis"]), "",
+              "## Where this miniature departs from the paper", ""]
+    lines += [f"- {d}" for d in mod.DEPARTURES]
+    return lines + ["", "Every run's raw numbers are in `results.json`; each run's files in "
+                        "`runs/`."]
+
+
+def run_all(smoke: bool = False, seeds=None, output_dir: str | Path = "runs/experiments",
+            settings: dict | None = None, log=print) -> dict[str, dict]:
+    """The four experiments one after another (:func:`run_experiment` each); ``settings``
+    apply to the experiments that have them. Prints the estimate of each before starting."""
+    say = log or (lambda *a, **k: None)
+    keys = set(settings or {})
+    known = set().union(*(EXPERIMENTS[n].settings(smoke) for n in EXPERIMENTS))
+    if keys - known:
+        raise ExperimentError(f"no experiment has setting(s) {sorted(keys - known)}; "
+                              f"known: {sorted(known)}")
+    est = estimate_minutes("all", smoke, seeds, settings)
+    say("estimate: " + ", ".join(f"{n} {m:.1f} min" for n, m in est.items())
+        + f"; total {sum(est.values()):.1f} min on 2 cores")
+    out = {}
+    for n in EXPERIMENTS:
+        s = {k: v for k, v in (settings or {}).items() if k in EXPERIMENTS[n].settings(smoke)}
+        out[n] = run_experiment(n, smoke, seeds, output_dir, s, log)
+    return out
+
+
+def load_result(output_dir: str | Path, name: str) -> dict:
+    """``results.json`` of experiment ``name`` under ``output_dir`` (as written by a run),
+    with ``"report"`` and ``"figures"`` paths added.
+
+    Raises:
+        FileNotFoundError: no finished experiment there (the message says how to run one).
+    """
+    import json
+
+    out = Path(output_dir) / resolve(name)[0]
+    path = out / "results.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    if "analysis" not in data:
+        raise FileNotFoundError(f"{path}: no finished experiment; run `tba-lab experiment "
+                                f"{name} --output-dir {output_dir}`")
+    return {**data, "report": str(out / "report.md"),
+            "figures": [str(out / f) for f in data.get("figures", [])]}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def main(args) -> int:
+    """CLI entry (``tba-lab experiment``); returns the exit code (2: bad input, 130: Ctrl-C)."""
+    from tba_lab.config import ConfigError
+
+    try:
+        names = resolve(args.name)
+        seeds = check_seeds(_default_seeds(args.seeds, args.smoke))
+        settings = {}
+        if args.eval_size is not None:
+            settings["eval_size"] = args.eval_size
+        if args.target is not None:
+            if "scaling" not in names:
+                raise ExperimentError(f"--target applies to the scaling experiment only, not "
+                                      f"{args.name!r}")
+            settings["target"] = args.target
+        for n in names:
+            experiment_settings(n, args.smoke, settings, strict=False)  # value checks
+    except ExperimentError as e:
+        print(f"tba-lab experiment: {e}", file=sys.stderr)
+        return 2
+    try:
+        if args.name == "all":
+            results = run_all(args.smoke, seeds, args.output_dir, settings)
+        else:
+            results = {args.name: run_experiment(args.name, args.smoke, seeds, args.output_dir,
+                                                 settings)}
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the runs so far are in {args.output_dir}/<NAME>/results.json",
+              file=sys.stderr)
+        return 130
+    except (ExperimentError, ConfigError) as e:
+        print(f"tba-lab experiment: {e}", file=sys.stderr)
+        return 2
+    for n, r in results.items():
+        print(f"{n}: {r['report']}")
+        for line in r["readings"]:
+            print(f"  - {line}")
+    return 0
+
+
+__all__ = ["EXPERIMENTS", "NAMES", "ExperimentError", "estimate_minutes", "experiment_settings",
+           "load_result", "main", "resolve", "run_all", "run_experiment", "time_to_target"]

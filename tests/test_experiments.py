@@ -1,0 +1,308 @@
+"""`tba-lab experiment`: time to target, the generated readings, the diversity and KL
+measurements, bad input, and one SMOKE run of all four experiments through the real trainer."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tba_lab.eval import sample_diversity
+from tba_lab.lab.experiments import (EXPERIMENTS, ExperimentError, experiment_settings,
+                                     run_experiment)
+from tba_lab.lab.experiments import beta, buffer_sampling, off_policy, scaling
+from tba_lab.lab.experiments.common import separated, spread, time_to_target, trend
+from tba_lab.rollout.backend import Generations
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def rows(*pairs):
+    return [{"wall_seconds": t, "accuracy": a} for t, a in pairs]
+
+
+# ------------------------------------------------------------------------- time to target
+def test_time_to_target_interpolates_linearly_between_the_evaluations_around_the_crossing():
+    # 0.38 at 15 s, 0.44 at 30 s: 0.40 is a third of the way, at 20 s
+    assert time_to_target(rows((0, 0.35), (15, 0.38), (30, 0.44), (45, 0.47)), 0.40) == \
+        pytest.approx(20.0)
+    assert time_to_target(rows((30, 0.44), (0, 0.35), (15, 0.38)), 0.40) == pytest.approx(20.0)
+    # the FIRST crossing counts, even if the accuracy falls back below later
+    assert time_to_target(rows((0, 0.30), (10, 0.50), (20, 0.30), (30, 0.60)), 0.40) == \
+        pytest.approx(5.0)
+    assert time_to_target(rows((0, 0.42), (15, 0.30)), 0.40) == 0.0      # reached before training
+    assert time_to_target(rows((0, 0.30), (12, 0.40)), 0.40) == pytest.approx(12.0)
+    assert time_to_target(rows((0, 0.35), (15, 0.39)), 0.40) is None     # never reached
+    with pytest.raises(ValueError, match="empty"):
+        time_to_target([], 0.4)
+
+
+def test_spread_and_separation():
+    s = spread([0.1, None, 0.3])
+    assert (s["mean"], s["min"], s["max"], s["n"], s["missing"]) == pytest.approx((0.2, 0.1, 0.3, 2, 1))
+    assert spread([None])["mean"] is None
+    assert separated(spread([0.5, 0.6]), spread([0.1, 0.2])) == 1
+    assert separated(spread([0.1, 0.2]), spread([0.5, 0.6])) == -1
+    assert separated(spread([0.1, 0.55]), spread([0.5, 0.6])) == 0
+    assert separated(spread([0.9]), spread([0.1])) == 0  # one seed separates nothing
+    assert trend([0, 0.5, 0.8], [0.1, 0.2, 0.3]) == "rises"
+    assert trend([0.8, 0, 0.5], [0.1, 0.3, 0.2]) == "falls"
+    assert trend([0, 0.5, 0.8], [0.1, 0.3, 0.2]) == "has no monotone trend"
+    assert trend([0, 0.5], [0.2, 0.2]) == "is flat"
+
+
+# ------------------------------------------------------------------------- readings
+def off_policy_analysis(tb1, tb64, grpo1, grpo64):
+    cells = []
+    for algo, k, gains in (("tb", 1, tb1), ("grpo", 1, grpo1), ("tb", 64, tb64), ("grpo", 64, grpo64)):
+        cells.append({"algo": algo, "k": k, "gain": spread(gains),
+                      "accuracy_after": spread([0.35 + g for g in gains]),
+                      "staleness_mean": spread([1.0 if k == 1 else 60.0] * len(gains))})
+    return {"cells": cells, "eval_size": 200, "accuracy_before": spread([0.35] * 3)}
+
+
+def test_off_policy_reading_follows_the_numbers():
+    text = " ".join(off_policy.readings(off_policy_analysis(
+        tb1=[0.08, 0.09, 0.10], tb64=[0.07, 0.08, 0.09], grpo1=[0.08, 0.09, 0.10],
+        grpo64=[0.00, 0.01, 0.02])))
+    assert "TB keeps 89% of its k = 1 gain (+9.0 -> +8.0 points)" in text
+    assert "GRPO keeps 11% of its k = 1 gain" in text
+    assert "holds up best for TB" in text and "worst for GRPO" in text
+    assert "TB's range over seeds lies above GRPO's" in text
+    assert "agrees with the paper" in text
+    assert "1.0 updates at k = 1 and 60.0 at k = 64" in text
+
+    text = " ".join(off_policy.readings(off_policy_analysis(
+        tb1=[0.08, 0.09, 0.10], tb64=[-0.02, 0.00, 0.01], grpo1=[0.08, 0.09, 0.10],
+        grpo64=[0.07, 0.08, 0.09])))
+    assert "TB keeps none of its k = 1 gain" in text
+    assert "TB's range over seeds lies below GRPO's" in text
+    assert "does not reproduce the paper's ordering: GRPO's gain holds up best" in text
+
+    text = " ".join(off_policy.readings(off_policy_analysis(  # overlap: same direction, noise
+        tb1=[0.06, 0.09, 0.12], tb64=[0.03, 0.08, 0.10], grpo1=[0.08, 0.09, 0.10],
+        grpo64=[0.02, 0.05, 0.06])))
+    assert "points the same way as the paper" in text and "overlaps GRPO's" in text
+
+    text = " ".join(off_policy.readings(off_policy_analysis(  # TB gained within noise
+        tb1=[0.00, 0.01, 0.02], tb64=[0.00, 0.01, 0.02], grpo1=[0.08, 0.09, 0.10],
+        grpo64=[0.0, 0.01, 0.02])))
+    assert "TB gained +1.0 points at k = 1, within noise" in text and "is inconclusive" in text
+
+
+def beta_analysis(acc, kl):
+    cells = [{"variant": v, "text": v, "accuracy_after": spread(a), "gain": spread(a),
+              "kl": spread(k)} for v, a, k in zip(("const_default", "const_small", "annealed"), acc, kl)]
+    return {"cells": cells, "beta_default": 0.1, "beta_small": 0.03, "kl_prompts": 50, "kl_k": 8}
+
+
+def test_beta_reading_follows_the_numbers():
+    text = " ".join(beta.readings(beta_analysis(
+        acc=([0.40, 0.41], [0.42, 0.43], [0.46, 0.47]), kl=([0.5, 0.6], [1.5, 1.7], [1.0, 1.1]))))
+    assert "raises the KL (0.55 -> 1.60, ranges separated), as Eq. 2 predicts" in text
+    assert "The smaller constant raises accuracy (40.5% -> 42.5%, ranges separated)" in text
+    assert "accuracy 46.5% is the highest of the three (ranges separated)" in text
+    assert "KL 1.05 is between the two constants" in text
+    assert "supports annealing" in text
+
+    text = " ".join(beta.readings(beta_analysis(
+        acc=([0.44, 0.46], [0.40, 0.46], [0.41, 0.43]), kl=([0.9, 1.1], [0.5, 1.0], [0.2, 0.3]))))
+    assert "does not raise the KL here (1.00 -> 0.75, within noise), against Eq. 2" in text
+    assert "lowers accuracy (45.0% -> 43.0%, within noise)" in text
+    assert "is the lowest of the three" in text
+    assert "does not show an accuracy benefit of annealing" in text
+
+
+def test_buffer_reading_follows_the_numbers():
+    def cell(m, it, acc, div):
+        return {"m": m, "inv_temp": it, "accuracy_after": spread(acc), "gain": spread(acc),
+                "div_distinct_correct": spread(div), "div_pass_at_k": spread(acc),
+                "staleness_mean": spread([2.0, 2.0])}
+    a = {"cells": [cell(0.0, 0.0, [0.30, 0.32], [2.0, 2.2]), cell(0.8, 0.0, [0.40, 0.42], [1.5, 1.7]),
+                   cell(0.95, 0.0, [0.45, 0.47], [1.0, 1.2]), cell(0.8, 1.0, [0.40, 0.44], [2.5, 2.7])],
+         "eval_size": 200, "k": 8, "prompts": 50, "accuracy_before": spread([0.35, 0.35])}
+    text = " ".join(buffer_sampling.readings(a))
+    assert "held-out accuracy rises with m" in text and "Best m = 0.95, worst m = 0" in text
+    assert "differ by 15.0 points, more than the noise" in text
+    assert "Distinct correct responses per prompt (K = 8 samples, 50 prompts) falls with m" in text
+    assert ("At m = 0.8, reward prioritisation (inv_temp 1 instead of 0) raises accuracy "
+            "(41.0% -> 42.0%, within noise) and raises distinct correct responses (1.60 -> 2.60, "
+            "ranges separated)") in text
+
+
+def test_scaling_reading_follows_the_numbers():
+    def cell(n, ttt, upm, samples, meas, pred):
+        return {"n": n, "seeds": 3, "time_to_target": spread(ttt), "accuracy_after": spread([0.45] * 3),
+                "updates_per_minute": spread(upm), "samples_per_minute": spread(samples),
+                "measured_steady_upm": spread(meas), "predicted_steady_upm": spread(pred),
+                "closed_form_upm": spread(pred)}
+    a = {"cells": [cell(1, [30, 40, 50], [170] * 3, [20000] * 3, [175] * 3, [180] * 3),
+                   cell(2, [20, 30, 40], [120] * 3, [25000] * 3, [125] * 3, [120] * 3),
+                   cell(4, [None] * 3, [70] * 3, [22000] * 3, [75] * 3, [72] * 3)],
+         "curves": [], "target": 0.40, "cores": 2, "eval_every": 15, "eval_size": 200,
+         "train_seconds": 90}
+    text = " ".join(scaling.readings(a))
+    assert "1 searcher(s): 40 s (30 s to 50 s), reached in 3 of 3 seeds" in text
+    assert "4 searcher(s): not reached (0 of 3 seeds)" in text
+    assert "2 searcher(s) got there first, 1.33x sooner than 1 on average." in text
+    assert "LINEAR INTERPOLATION" in text
+    assert "updates per minute (summary.json) falls with n" in text
+    assert "samples generated per minute has no monotone trend" in text
+    assert "n = 2: predicted 120, measured 125 (-4%)" in text
+    assert "exceed the cores from n = 2 on" in text
+
+
+# ------------------------------------------------------------------------- diversity
+class FakeTokenizer:
+    eos_token_id = pad_token_id = 0
+
+    def __call__(self, texts):
+        return {"input_ids": [[100 + int(t.split()[1])] for t in texts]}  # "problem i" -> [100+i]
+
+    def batch_decode(self, responses, skip_special_tokens=True):
+        return [" ".join(str(t) for t in r if t != 0) for r in responses]
+
+
+class FakeBackend:
+    """Fixed K = 4 responses per problem (0 is EOS)."""
+    eos_ids = [0]
+    RESPONSES = {0: [[5, 0], [5, 0], [6, 0], [7, 0]],       # correct 5, 6: distinct correct 2
+                 1: [[9, 0], [9, 1, 0], [8, 0], [8, 0]],    # correct 9, "9 1": 2 token sequences
+                 2: [[4, 0], [4, 0], [4, 0], [4, 0]]}       # none correct, one distinct
+
+    def __init__(self):
+        self.tokenizer = FakeTokenizer()
+
+    def generate(self, prompts, num_generations, temperature, max_new_tokens):
+        assert num_generations == 4 and temperature == 0.6
+        out = [r for p in prompts for r in self.RESPONSES[p[0] - 100]]
+        return Generations(out, [[-1.0] * len(r) for r in out])
+
+
+class FakeTask:
+    name = "fake"
+
+    def format_prompt(self, problem):
+        return f"problem {problem['i']}"
+
+    def rewards(self, problems, completions):
+        return [1.0 if c.split()[0] in p["good"] else 0.0 for p, c in zip(problems, completions)]
+
+
+@pytest.mark.parametrize("batch_size", [50, 2])
+def test_sample_diversity_counts_distinct_correct_responses(batch_size):
+    problems = [{"i": 0, "good": {"5", "6"}}, {"i": 1, "good": {"9"}}, {"i": 2, "good": {"3"}}]
+    d = sample_diversity(FakeTask(), FakeBackend(), problems, k=4, max_new_tokens=5,
+                         temperature=0.6, batch_size=batch_size)
+    assert d["distinct_correct"] == pytest.approx((2 + 2 + 0) / 3)
+    assert d["distinct"] == pytest.approx((3 + 3 + 1) / 3)
+    assert d["pass_at_k"] == pytest.approx(2 / 3)
+    assert d["correct_fraction"] == pytest.approx(5 / 12)
+    assert (d["n"], d["k"]) == (3, 4)
+
+
+def test_sample_diversity_refuses_greedy_and_empty_input():
+    with pytest.raises(ValueError, match="temperature"):
+        sample_diversity(FakeTask(), FakeBackend(), [{"i": 0, "good": set()}], 4, 5, 0.0)
+    with pytest.raises(ValueError, match="empty"):
+        sample_diversity(FakeTask(), FakeBackend(), [], 4, 5, 0.6)
+
+
+# ------------------------------------------------------------------------- KL to the reference
+def test_kl_estimate_equals_the_hand_computed_value():
+    lp = torch.log(torch.tensor([[0.5, 0.5, 0.9], [0.5, 1.0, 0.9]]))
+    ref = torch.log(torch.tensor([[0.25, 0.5, 0.1], [0.125, 1.0, 0.1]]))
+    mask = torch.tensor([[True, True, False], [True, True, False]])  # the third token is padding
+    # row 0: log 2 + log 1; row 1: log 4 + log 1; mean 1.5 log 2
+    assert beta.kl_estimate(lp, ref, mask) == pytest.approx(1.5 * math.log(2), rel=1e-6)
+
+
+def test_kl_to_reference_is_zero_for_the_reference_itself_and_not_for_another_policy(tiny):
+    import copy
+
+    from tba_lab.rollout.backend import TransformersBackend
+    from tba_lab.tasks.arithmetic import ArithmeticTask
+
+    model, tok, train = tiny
+    backend = TransformersBackend(model, tok)
+    torch.manual_seed(0)
+    same = beta.kl_to_reference(model, model, backend, ArithmeticTask(None), train[:3], 4, 6, 0.7)
+    assert same["kl"] == pytest.approx(0.0, abs=1e-6) and same["n"] == 12
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    torch.manual_seed(0)
+    diff = beta.kl_to_reference(model, other, backend, ArithmeticTask(None), train[:3], 4, 6, 0.7)
+    assert abs(diff["kl"]) > 1e-3
+
+
+# ------------------------------------------------------------------------- bad input
+def test_cli_refuses_an_unknown_name_listing_the_names(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tba_lab", "experiment", "offpolicy", "--smoke",
+                        "--output-dir", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120, env=ENV)
+    assert r.returncode == 2
+    for name in [*EXPERIMENTS, "all"]:
+        assert name in r.stderr
+    assert "offpolicy" in r.stderr and "Traceback" not in r.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_empty_seeds_and_unknown_settings_are_refused(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tba_lab", "experiment", "beta", "--seeds"],
+                       capture_output=True, text=True, timeout=120, env=ENV)
+    assert r.returncode == 2 and "--seeds" in r.stderr
+    with pytest.raises(ExperimentError, match="--seeds"):
+        run_experiment("beta", smoke=True, seeds=[], output_dir=tmp_path)
+    with pytest.raises(ExperimentError, match="repeated"):
+        run_experiment("beta", smoke=True, seeds=[1, 1], output_dir=tmp_path)
+    with pytest.raises(ExperimentError, match="no setting 'targte'"):
+        experiment_settings("scaling", settings={"targte": 0.5})
+    with pytest.raises(ExperimentError, match="--target"):
+        experiment_settings("scaling", settings={"target": 40})
+    assert not any(tmp_path.iterdir())
+
+
+def test_full_settings_and_the_seed_major_plan():
+    s = experiment_settings("off_policy")
+    assert s["algos"] == ["tb", "grpo", "rloo"] and s["sync_periods"] == [1, 4, 16, 64]
+    assert [v for v, _ in off_policy.variants(s)][:3] == ["tb_k1", "grpo_k1", "rloo_k1"]
+    from tba_lab.config import from_dict
+
+    for mod in EXPERIMENTS.values():  # every variant is a valid config of the real trainer
+        for _, overrides in mod.variants(mod.settings(False)):
+            from_dict(overrides)
+    assert beta.settings(False)["beta_default"] == from_dict({}).tb.beta
+
+
+# ------------------------------------------------------------------------- the real thing
+@pytest.mark.slow
+def test_experiment_all_smoke_writes_every_report_figure_and_run(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "tba_lab", "experiment", "all", "--smoke",
+                        "--output-dir", str(tmp_path)], capture_output=True, text=True,
+                       timeout=900, env=ENV)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "estimate:" in r.stdout
+    figure = {"off_policy": "off_policy.png", "buffer": "buffer.png", "beta": "beta.png",
+              "scaling": "scaling.png"}
+    for name, mod in EXPERIMENTS.items():
+        out = tmp_path / name
+        report = (out / "report.md").read_text()
+        assert (out / figure[name]).stat().st_size > 10_000
+        assert f"]({figure[name]})" in report and "Reading" in report
+        assert f"| cores (`os.cpu_count()`) | {os.cpu_count()} |" in report
+        assert "| seeds | 0 |" in report
+        data = json.loads((out / "results.json").read_text())
+        want = [v for v, _ in mod.variants(mod.settings(True))]
+        assert [run["variant"] for run in data["runs"]] == want
+        assert all(run["seed"] == 0 and run["evals"] for run in data["runs"])
+        assert data["readings"] and data["cores"] == os.cpu_count()
+    runs = {name: json.loads((tmp_path / name / "results.json").read_text())["runs"]
+            for name in EXPERIMENTS}
+    assert all(r["trainer_steps"] == 4 for r in runs["off_policy"])  # equal updates
+    assert all(0 <= r["div_distinct_correct"] <= 4 for r in runs["buffer"])
+    assert all(math.isfinite(r["kl"]) for r in runs["beta"])
+    assert [r["searchers"] for r in runs["scaling"]] == [1, 2]
