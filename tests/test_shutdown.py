@@ -196,10 +196,14 @@ class RunWatch:
                 continue
             for p in procs:
                 try:
-                    key = (p.pid, p.create_time())  # the newest cmdline: a child seen
-                    self.seen[key] = " ".join(p.cmdline())[:200]  # before its exec has its parent's
+                    key = (p.pid, p.create_time())
+                    cmd = " ".join(p.cmdline())[:200]
                 except psutil.Error:
                     continue
+                # keep the newest non-empty cmdline: a child seen before its exec has its
+                # parent's, and a zombie (exited, not yet reaped) reads as empty
+                if cmd or key not in self.seen:
+                    self.seen[key] = cmd
                 self.inodes |= {inode for inode, _ in _maps(p.pid)}
         self.shm |= {name for name, inode in _shm_entries().items() if inode in self.inodes}
 
