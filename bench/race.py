@@ -3,6 +3,8 @@
     python bench/race.py [--minutes 3] [--seeds 0 1 2 | --seed 0] [--target 0.40]
                          [--eval-every 30] [--eval-size 200] [--legs a b c d e]
                          [--output-dir runs/race] [--skip-throughput]
+    python bench/race.py --task preference|redteam ...   (bench/task_race.py: TB against GRPO
+                         and online DPO, reported as the paper's trade-off)
 
 Every leg trains the embedded tiny model on the embedded task for the same wall-clock budget,
 with the same seed, learning rate (5e-5, linear decay over the budget), batch shape (B = 16
@@ -89,12 +91,12 @@ def run_trl(out: Path, minutes: float, seed: int, eval_size: int, eval_every: fl
 
 
 # ------------------------------------------------------------------ one run's evaluations
-def accuracy_at(evals: list[dict], seconds: float) -> float | None:
-    """Accuracy interpolated linearly at ``seconds`` of training between the two measured
-    evaluations around it (``evals``: rows with ``wall_seconds`` and ``accuracy``, the
-    before-evaluation at 0 s); an evaluation at exactly ``seconds`` is returned as is. None
-    outside the measured span (no extrapolation)."""
-    pts = sorted((e["wall_seconds"], e["accuracy"]) for e in evals)
+def accuracy_at(evals: list[dict], seconds: float, key: str = "accuracy") -> float | None:
+    """Accuracy (or another held-out metric ``key``) interpolated linearly at ``seconds`` of
+    training between the two measured evaluations around it (``evals``: rows with
+    ``wall_seconds`` and ``key``, the before-evaluation at 0 s); an evaluation at exactly
+    ``seconds`` is returned as is. None outside the measured span (no extrapolation)."""
+    pts = sorted((e["wall_seconds"], e[key]) for e in evals)
     if not pts or not pts[0][0] <= seconds <= pts[-1][0]:
         return None
     for (t0, a0), (t1, a1) in zip(pts, pts[1:]):
@@ -388,6 +390,11 @@ def report_json(runs: dict, minutes: float, eval_size: int, eval_every: float, t
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--task" or a.startswith("--task=") for a in argv):  # the other tasks' race
+        from task_race import main as task_race_main
+
+        return task_race_main(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--minutes", type=float, default=3.0, help="training budget per leg (default 3)")
     seeds = p.add_mutually_exclusive_group()

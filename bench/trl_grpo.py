@@ -10,7 +10,7 @@ it, one optimizer update, repeat.
 Task: prompts are ``data/arithmetic/train.jsonl`` questions through
 ``tba_lab.tasks.format_prompt``; reward = ``tba_lab.tasks.gsm8k.exact_match_reward`` of the
 decoded completion against the row's gold answer (``gold_answer``). Evaluation is
-``tba_lab.models.greedy_accuracy`` (greedy, ``max_new_tokens`` as our legs) on the first
+``tba_lab.tasks.arithmetic.greedy_accuracy`` (greedy, ``max_new_tokens`` as our legs) on the first
 ``eval_size`` rows of ``data/arithmetic/test.jsonl``.
 
 TRL options (``trl.GRPOConfig``), chosen to match our sync GRPO loop:
@@ -72,7 +72,8 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR, greedy_accuracy, load_policy
+    from tba_lab.models import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR, load_policy
+    from tba_lab.tasks.arithmetic import greedy_accuracy
     from tba_lab.tasks import format_prompt
     from tba_lab.tasks.gsm8k import exact_match_reward, gold_answer, read_jsonl
 

@@ -45,6 +45,12 @@ def _train(args) -> int:
                 "task": ("task", "name")}.items():
             value = getattr(args, flag)
             if value is not None:
+                if flag == "task" and args.model is None and value != cfg.task.name:
+                    # the old task's embedded model cannot serve the new task: take the new one's
+                    from tba_lab.tasks import embedded_model_dir
+
+                    if cfg.model.path == str(embedded_model_dir(cfg.task.name)):
+                        cfg.model.path = ""
                 setattr(getattr(cfg, section) if section else cfg, name, value)
         validate(cfg)
         preflight(cfg)  # model folder, tokenizer, task data, output_dir: before anything starts
@@ -103,11 +109,16 @@ def _fmt(metric: str, value) -> str:
 
 
 def _sft(args) -> int:
-    from tba_lab.models import sft
+    from tba_lab.registry import TASKS
 
     kwargs = {k: v for k, v in dict(output_dir=args.output_dir, task_dir=args.task_dir,
                                     steps=args.steps, seed=args.seed).items() if v is not None}
-    print(json.dumps(sft(**kwargs), indent=2))
+    try:
+        summary = TASKS.get(args.task).build_embedded(**kwargs)
+    except NotImplementedError as e:
+        print(f"tba-lab sft: {_one_line(e)}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2))
     return 0
 
 
@@ -122,7 +133,7 @@ def _eval(args) -> int:
     try:
         if args.n < 1:
             raise ConfigError(f"-n {args.n}: give the number of held-out problems to score, >= 1")
-        model = {"path": args.model}
+        model = {"path": args.model or ""}  # "": the task's embedded model
         if args.max_new_tokens is not None:
             model["max_new_tokens"] = args.max_new_tokens
         cfg = from_dict({"model": model, "task": {"name": args.task, "test_path": args.data or ""}})
@@ -172,14 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its checkpoint.pt "
                    "(its config.yaml; flags such as --max-minutes or --max-steps extend it)")
     t.set_defaults(func=_train)
-    s = sub.add_parser("sft", help="rebuild the embedded task and tiny model from a seed")
-    s.add_argument("--output-dir", help="model folder (default data/tiny-llama)")
-    s.add_argument("--task-dir", help="task folder (default data/arithmetic)")
+    s = sub.add_parser("sft", help="rebuild a task's embedded data and tiny model from a seed")
+    s.add_argument("--task", choices=TASKS.names(), default="arithmetic",
+                   help="whose embedded model to rebuild (default arithmetic)")
+    s.add_argument("--output-dir", help="model folder (default: the task's, e.g. data/tiny-llama)")
+    s.add_argument("--task-dir", help="task data folder (default: the task's, e.g. data/arithmetic)")
     s.add_argument("--steps", type=int)
     s.add_argument("--seed", type=int)
     s.set_defaults(func=_sft)
     e = sub.add_parser("eval", help="held-out metrics (greedy accuracy) of a saved policy")
-    e.add_argument("--model", default=None, help="policy folder (default: the embedded model)")
+    e.add_argument("--model", default=None, help="policy folder (default: the task's embedded model)")
     e.add_argument("--task", choices=TASKS.names(), default="arithmetic", help="task (default arithmetic)")
     e.add_argument("--data", help="held-out problems (default: the task's test split)")
     e.add_argument("-n", type=int, default=500, help="number of problems")
@@ -212,9 +225,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "model", "") is None and args.command == "eval":
-        from tba_lab.paths import DEFAULT_MODEL_DIR
-        args.model = str(DEFAULT_MODEL_DIR)
     return args.func(args)
 
 

@@ -35,7 +35,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
-    path: str = str(DEFAULT_MODEL_DIR)  # HF folder or hub name of the starting policy (= reference policy)
+    path: str = ""                      # HF folder or hub name of the starting policy (= reference policy); "" = the task's embedded model
     backend: str = "transformers"       # generation backend (tba_lab.registry.BACKENDS)
     temperature: float = 0.6            # sampling temperature; policy and reference log-probs use the same
     max_new_tokens: int = 40            # response length cap, tokens (sampling AND held-out evaluation)
@@ -43,7 +43,7 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = "arithmetic"            # the task (tba_lab.registry.TASKS): arithmetic | gsm8k
+    name: str = "arithmetic"            # the task (tba_lab.registry.TASKS): arithmetic | gsm8k | preference | redteam
     train_path: str = ""                # prompts for the searchers; "" = the task's default
     test_path: str = ""                 # held-out problems; "" = the task's default
     eval_size: int = 500                # held-out problems scored before and after training
@@ -367,6 +367,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     for registry, value in ((ALGORITHMS, cfg.algo), (TASKS, cfg.task.name),
                             (BACKENDS, cfg.model.backend), (LAUNCHERS, cfg.async_.launcher)):
         check_choice(value, registry.names(), registry.config_key)
+    if not cfg.model.path:  # "" = the task's embedded starting policy (Task.default_model)
+        from tba_lab.tasks import embedded_model_dir
+
+        cfg.model.path = str(embedded_model_dir(cfg.task.name))
     check(cfg.max_minutes > 0, f"max_minutes={cfg.max_minutes}: give a positive number of minutes")
     check(cfg.log_every >= 1, f"log_every={cfg.log_every}: must be >= 1")
     m, t, tr = cfg.model, cfg.task, cfg.training

@@ -3,8 +3,9 @@
 The kit cannot download from a hub, so it ships its own starting checkpoint: a ~1M parameter
 Llama-architecture causal LM (``transformers.LlamaForCausalLM``) with a word-level tokenizer
 built in code (``tokenizers`` WordLevel wrapped in ``PreTrainedTokenizerFast``), trained by
-``tba-lab sft`` on the synthetic arithmetic task (:mod:`tba_lab.tasks.arithmetic`) and saved with
-``save_pretrained`` under ``data/tiny-llama``. Any Hugging Face causal LM loads through the same
+``tba-lab sft`` (:func:`tba_lab.tasks.arithmetic.sft`, through :func:`train_sft` here) on the
+synthetic arithmetic task and saved with ``save_pretrained`` under ``data/tiny-llama``; the other
+tasks' embedded models (``tba-lab sft --task NAME``) go through the same :func:`train_sft`. Any Hugging Face causal LM loads through the same
 :func:`load_policy` (``AutoModelForCausalLM.from_pretrained``), so a user with a real model and
 GSM8K changes only paths.
 
@@ -26,20 +27,15 @@ import contextlib
 import json
 import math
 import os
-import random
 import time
 from pathlib import Path
 
 import torch
 
 from tba_lab.paths import DATA_DIR, DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR  # noqa: F401 (re-exported)
-from tba_lab.tasks import format_prompt
-from tba_lab.tasks.arithmetic import ArithmeticTask, make_splits
-from tba_lab.tasks.gsm8k import write_jsonl
 
 PRETOKENIZE_PATTERN = r" ?[A-Za-z]+| ?[0-9]| ?[^\sA-Za-z0-9]+|\n"
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
-SFT_EVAL_TOKENS = 48  # response cap of sft's own held-out accuracy (sft_summary.json)
 
 
 def build_tokenizer(texts: list[str]):
@@ -166,49 +162,31 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32
     return model, tokenizer
 
 
-def greedy_accuracy(model, tokenizer, problems: list[dict], max_new_tokens: int = SFT_EVAL_TOKENS) -> float:
-    """Exact-match accuracy in [0, 1] of greedy answers to GSM8K-format ``problems``
-    (:func:`tba_lab.eval.evaluate` with the arithmetic task). Leaves ``model`` in eval mode."""
-    from tba_lab.eval import evaluate
-    from tba_lab.rollout.backend import TransformersBackend
+def train_sft(model, tokenizer, prompts: list[str], targets: list[str], seed: int = 0,
+              steps: int = 500, batch_size: int = 64, lr: float = 2e-3, log_every: int = 100,
+              eval_every: int = 0, eval_fn=None) -> None:
+    """Supervised fine-tuning of ``model`` on ``prompts[i] + targets[i]`` with the loss on the
+    target tokens only (and the EOS appended after each target); AdamW, linear warm-up over 5%
+    of the steps then cosine decay to 0; gradient norm clipped to 1. Every task's embedded
+    model is trained by this loop, so runs are reproducible from ``seed``.
 
-    model.eval()
-    return evaluate(ArithmeticTask(), TransformersBackend(model, tokenizer), problems,
-                    max_new_tokens)["accuracy"]
+    Args:
+        model: a causal LM (``LlamaForCausalLM``); trained in place, left in eval mode.
+        tokenizer: its tokenizer; prompts are encoded with the special tokens (``<bos>``) as
+            the searchers encode them, targets without.
+        prompts, targets: equal-length lists of texts (a target continues its prompt, e.g.
+            starting with a space).
+        steps, batch_size, lr: optimiser steps, rows per step, peak learning rate.
+        log_every: print the loss every this many steps (0 = never).
+        eval_every, eval_fn: call ``eval_fn(model)`` (returns a float, printed) every
+            ``eval_every`` steps (0 = never).
 
-
-def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
-        task_dir: str | os.PathLike = DEFAULT_TASK_DIR, seed: int = 0, steps: int = 500,
-        batch_size: int = 64, lr: float = 2e-3, num_threads: int = 2, eval_size: int = 500,
-        log_every: int = 100, eval_every: int = 0, bare_answer_fraction: float = 0.6) -> dict:
-    """Build the task splits, the tokenizer and the model, train on answer tokens, save all.
-
-    Writes ``task_dir/{train,test}.jsonl`` and the model + tokenizer to ``output_dir``
-    (``save_pretrained``), plus ``output_dir/sft_summary.json``.
-
-    Returns:
-        dict with ``accuracy`` (greedy, first ``eval_size`` test problems, in [0, 1]),
-        ``steps``, ``wall_seconds``, ``num_parameters``.
+    Raises:
+        ValueError: ``prompts`` and ``targets`` differ in length or are empty.
     """
-    torch.set_num_threads(num_threads)
-    random.seed(seed)
-    train, test = make_splits(seed=seed)
-    task_dir, output_dir = Path(task_dir), Path(output_dir)
-    task_dir.mkdir(parents=True, exist_ok=True)
-    write_jsonl(train, task_dir / "train.jsonl")
-    write_jsonl(test, task_dir / "test.jsonl")
-
-    prompts = [format_prompt(r["question"]) for r in train]
-    # A seeded fraction of SFT targets is the bare final line "#### N" (no worked steps), as
-    # in web text where answers often come without their working; the rest show the work.
-    mix = random.Random(seed + 1)
-    targets = [" " + (r["answer"].split("\n")[-1] if mix.random() < bare_answer_fraction else r["answer"])
-               for r in train]
-    tokenizer = build_tokenizer(prompts + targets + [format_prompt(r["question"]) + " " + r["answer"]
-                                                     for r in test])
-    model = build_model(tokenizer, seed=seed)
-    n_params = sum(p.numel() for p in model.parameters())
-
+    if not prompts or len(prompts) != len(targets):
+        raise ValueError(f"train_sft needs equal, non-empty lists of prompts and targets "
+                         f"(got {len(prompts)} and {len(targets)})")
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     enc_p = tokenizer(prompts)["input_ids"]  # <bos> + prompt, exactly as the searchers encode it
     enc_t = tokenizer(targets, add_special_tokens=False)["input_ids"]
@@ -241,18 +219,7 @@ def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
         sched.step()
         if log_every and (step % log_every == 0 or step == steps - 1):
             print(f"sft step {step:5d}  loss {loss.item():.4f}  {time.time() - t0:6.1f}s", flush=True)
-        if eval_every and step and step % eval_every == 0:
-            print(f"sft step {step:5d}  greedy accuracy (200 test problems) "
-                  f"{greedy_accuracy(model, tokenizer, test[:200]):.3f}", flush=True)
+        if eval_every and eval_fn is not None and step and step % eval_every == 0:
+            print(f"sft step {step:5d}  held-out {eval_fn(model):.3f}", flush=True)
             model.train()
     model.eval()
-    wall = time.time() - t0
-    output_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(output_dir)  # save first: evaluation must never lose the checkpoint
-    tokenizer.save_pretrained(output_dir)
-    acc = greedy_accuracy(model, tokenizer, test[:eval_size])
-    summary = {"accuracy": acc, "steps": steps, "wall_seconds": round(wall, 1),
-               "bare_answer_fraction": bare_answer_fraction,
-               "num_parameters": n_params, "seed": seed, "batch_size": batch_size, "lr": lr}
-    (output_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary

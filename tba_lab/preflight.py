@@ -37,8 +37,18 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
-def _is_embedded(p: Path) -> bool:
-    return p.expanduser().resolve() == Path(paths.DEFAULT_MODEL_DIR).resolve()
+def _embedded_task(p: Path) -> str | None:
+    """The task whose embedded starting policy lives at ``p`` (``Task.default_model``), or None."""
+    from tba_lab.registry import TASKS
+    from tba_lab.tasks import embedded_model_dir
+
+    where = p.expanduser().resolve()
+    if where == Path(paths.DEFAULT_MODEL_DIR).resolve():
+        return "arithmetic"
+    for name in TASKS.names():
+        if where == Path(embedded_model_dir(name)).resolve():
+            return name
+    return None
 
 
 def _hub_offline() -> bool:
@@ -78,8 +88,8 @@ def model_path_problem(path) -> str | None:
     :data:`TOKENIZER_FILES`; a path that is not on disk is accepted only as a hub id (``name``
     or ``org/name``) whose ``config.json`` is in the local Hugging Face cache, or, when
     downloads are allowed (neither ``HF_HUB_OFFLINE`` nor ``TRANSFORMERS_OFFLINE`` set), that
-    one request to the hub finds. ``tba-lab sft`` is suggested only for the embedded model
-    (:data:`tba_lab.paths.DEFAULT_MODEL_DIR`).
+    one request to the hub finds. ``tba-lab sft [--task NAME]`` is suggested only for an
+    embedded model (:data:`tba_lab.paths.DEFAULT_MODEL_DIR` or a task's ``default_model``).
 
     Args:
         path: ``str`` or ``os.PathLike``; ``~`` is expanded, a relative path is taken from the
@@ -93,8 +103,10 @@ def model_path_problem(path) -> str | None:
     if not text.strip():
         return f"model.path is empty; fix: {_MODEL_FIX}"
     p = Path(text).expanduser()
-    embedded = _is_embedded(p)
-    rebuild = (f"run `tba-lab sft` to rebuild the embedded model (about 2 minutes on 2 cores), "
+    task = _embedded_task(p)
+    embedded = task is not None
+    command = "tba-lab sft" + ("" if task in (None, "arithmetic") else f" --task {task}")
+    rebuild = (f"run `{command}` to rebuild the embedded model (about 2 minutes on 2 cores), "
                f"or {_MODEL_FIX}")
     if p.is_dir():
         if not (p / "config.json").is_file():

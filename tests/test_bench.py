@@ -287,3 +287,42 @@ def test_curves_png_draws_interim_and_before_after_as_two_labelled_series(tmp_pa
     assert split_evals(rows) == ([rows[0]], rows[1:-1], [rows[-1]])
     assert legend_texts(plot_curves(tmp_path / "nosummary")) == ["interim, 100 problems",
                                                                  "before/after, 500 problems"]
+
+
+# ---------------------------------------------------------------- bench/task_race.py
+_tspec = importlib.util.spec_from_file_location("task_race", Path(__file__).parents[1] / "bench" / "task_race.py")
+task_race = importlib.util.module_from_spec(_tspec)
+_tspec.loader.exec_module(task_race)
+
+
+def _pref_run(before: float, mid: float, after: float, ppl: float, upm: float) -> dict:
+    """One synthetic preference leg: evaluations at 0, 30 and 60 s."""
+    evals = [{"step": 0, "wall_seconds": 0.0, "win_rate": before, "perplexity_sft": 3.0},
+             {"step": 20, "wall_seconds": 30.0, "win_rate": mid, "perplexity_sft": 3.5},
+             {"step": 40, "wall_seconds": 60.0, "win_rate": after, "perplexity_sft": ppl}]
+    return {"updates": 40, "wall_seconds": 60.0, "updates_per_minute": upm,
+            "samples_per_minute": 128 * upm, "staleness_mean": 1.0, "evals": evals,
+            "before": {"win_rate": before, "perplexity_sft": 3.0},
+            "after": {"win_rate": after, "perplexity_sft": ppl}}
+
+
+def test_task_race_aggregates_the_headline_and_trade_off_over_seeds():
+    """Means and min-max over seeds of the headline metric (interpolated at 15 s) and of the
+    trade-off metric at the end, as the table and the readings print them."""
+    runs = {0: {"c": _pref_run(0.20, 0.30, 0.40, 4.0, 100), "a": _pref_run(0.20, 0.22, 0.30, 3.2, 80)},
+            1: {"c": _pref_run(0.20, 0.26, 0.34, 5.0, 120), "a": _pref_run(0.20, 0.20, 0.24, 3.4, 90)}}
+    agg = task_race.aggregate(runs, "preference", [15.0])
+    c = agg["c"]
+    assert c["seeds"] == 2 and c["updates_per_minute"]["mean"] == pytest.approx(110)
+    assert c["head_at"]["15"]["mean"] == pytest.approx((0.25 + 0.23) / 2)  # halfway to 30 s
+    assert (c["head_after"]["min"], c["head_after"]["max"]) == (0.34, 0.40)
+    assert c["trade_after"]["mean"] == pytest.approx(4.5)
+    text = task_race.table(runs, "preference", minutes=1, eval_every=15)
+    assert "| (c) async TBA | 110 (100-120) | 1.0 (1.0-1.0) | 20.0% (20.0-20.0) | 24.0% (23.0-25.0) |" in text
+    lines = task_race.readings(runs, "preference")
+    assert lines[0] == ("(c) async TBA: win_rate 20.0% -> 37.0% (+17.0 points, +14.0 to +20.0 over "
+                        "2 seed(s)); perplexity_sft 3 -> 4.5.")
+    assert lines[-1].startswith("Highest win_rate at the end: (c) async TBA; best perplexity_sft "
+                                "(lower is better): (a) sync GRPO.")
+    with pytest.raises(SystemExit, match="knows"):
+        task_race.metrics_of("arithmetic")

@@ -17,7 +17,8 @@ def test_defaults_validate():
     assert cfg.task.name == "arithmetic" and cfg.task.train_path == ""  # "" = the task's default
     from tba_lab.tasks import make_task
     assert make_task(cfg).source("train") == str(DEFAULT_TASK_DIR / "train.jsonl")
-    assert from_dict({}) == RunConfig()  # empty YAML == defaults
+    assert from_dict({}) == validate(RunConfig())  # empty YAML == defaults
+    assert RunConfig().model.path == ""  # "" = the task's embedded model, filled in by validate
 
 
 def test_yaml_round_trip(tmp_path):

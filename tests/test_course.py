@@ -14,7 +14,8 @@ from tba_lab.lab.course import EXERCISES, check
 from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce
 
 NOTEBOOKS = ["01_on_policy_grpo", "02_trajectory_balance", "03_replay_buffer",
-             "04_async_searchers", "05_scaling", "06_explorer", "07_paper_findings"]
+             "04_async_searchers", "05_scaling", "06_explorer", "07_paper_findings",
+             "08_preference", "09_redteam"]
 PARAMETERS = ("SMOKE", "SEED", "OUTPUT_DIR", "USE_SOLUTIONS")
 
 
@@ -161,6 +162,7 @@ ALLOWED_NUMBERS = {
     "07_paper_findings": {
         "0 s": SETTING, "0.5": SETTING, "0.8": SETTING, "0.95": SETTING, "0.014": CITED,
         "0.004": CITED},
+    "09_redteam": {"0.6": SETTING, "0.1": SETTING, "0.5": SETTING},
 }
 # Notebooks whose text still quotes the authors' own runs, to be replaced by printed output.
 # strict: the day a notebook is fixed this test XPASSes and fails, so that the entry goes.

@@ -124,7 +124,7 @@ def test_sft_is_reproducible_from_seed(tmp_path):
     """`tba-lab sft` rebuilds the same task files and the same weights from the same seed."""
     from safetensors.torch import load_file
 
-    from tba_lab.models import sft
+    from tba_lab.tasks.arithmetic import sft
 
     runs = []
     for name in ("a", "b"):

@@ -7,7 +7,11 @@ A :class:`Task` is one object with
 * ``rewards(problems, completions)``: one float per completion, in a batch, so a reward model
   can score them together (``problems[i]`` is the problem ``completions[i]`` answers);
 * ``metrics(problems, completions, rewards)``: held-out metrics, a dict of floats;
-* ``check_config(cfg)``: data paths and options checked before any process starts.
+* ``check_config(cfg)``: data paths and options checked before any process starts;
+* ``default_model``: the folder under ``data/`` of the task's embedded starting policy, used
+  when ``model.path`` is left empty (None: the arithmetic model ``data/tiny-llama``);
+* ``build_embedded(output_dir, task_dir, seed, steps)``: what ``tba-lab sft --task NAME`` runs to
+  rebuild that model (and the task's data) reproducibly from a seed.
 
 Searchers and evaluation call the task through :func:`tba_lab.rollout.rollout`, never a
 reward function of their own. Implementations registered in :data:`tba_lab.registry.TASKS`:
@@ -42,6 +46,7 @@ class Task:
     name: str = ""
     config_class: type | None = None
     section: str | None = None
+    default_model: str | None = None  # folder under data/ of the embedded policy (None: tiny-llama)
 
     def __init__(self, cfg=None):
         self.cfg = cfg
@@ -52,6 +57,18 @@ class Task:
     @classmethod
     def check_config(cls, cfg) -> None:
         """Raise :class:`~tba_lab.config.ConfigError` for missing data or bad options."""
+
+    @classmethod
+    def build_embedded(cls, output_dir=None, task_dir=None, seed: int = 0, steps: int | None = None,
+                       **kwargs) -> dict:
+        """Rebuild the task's embedded data and starting policy (``tba-lab sft --task NAME``);
+        returns a summary dict (also saved as ``output_dir/sft_summary.json``).
+
+        Raises:
+            NotImplementedError: the task ships no embedded model (use ``--model``).
+        """
+        raise NotImplementedError(f"task {cls.name!r} has no embedded model to build; give a "
+                                  f"model with --model (model.path)")
 
     def load(self, split: str) -> list:
         """Problems of ``split`` ("train" or "test"), any picklable objects."""
@@ -69,9 +86,19 @@ class Task:
         return {"reward": sum(rewards) / len(rewards)}
 
 
+def embedded_model_dir(task_name: str):
+    """The folder (``pathlib.Path``) of ``task_name``'s embedded starting policy: ``data/`` +
+    the task's ``default_model``, or ``data/tiny-llama`` when it declares none.
+    Raises KeyError for an unknown task name."""
+    from tba_lab.paths import DATA_DIR, DEFAULT_MODEL_DIR
+
+    folder = TASKS.get(task_name).default_model
+    return DATA_DIR / folder if folder else DEFAULT_MODEL_DIR
+
+
 def make_task(cfg) -> Task:
     """The task ``cfg.task.name`` names, built for ``cfg``. Raises KeyError for an unknown name."""
     return TASKS.get(cfg.task.name)(cfg)
 
 
-__all__ = ["PROMPT_TEMPLATE", "Task", "format_prompt", "make_task"]
+__all__ = ["PROMPT_TEMPLATE", "Task", "embedded_model_dir", "format_prompt", "make_task"]

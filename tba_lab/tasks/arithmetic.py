@@ -17,12 +17,18 @@ Run ``python -m tba_lab.tasks.arithmetic`` to print a few problems.
 """
 from __future__ import annotations
 
+import json
+import os
 import random
+import time
 from pathlib import Path
 
-from tba_lab.paths import DEFAULT_TASK_DIR
+from tba_lab.paths import DEFAULT_MODEL_DIR, DEFAULT_TASK_DIR
 from tba_lab.registry import TASKS
-from tba_lab.tasks.gsm8k import _REQUIRED_FIELDS, GSM8KTask, read_jsonl
+from tba_lab.tasks import format_prompt
+from tba_lab.tasks.gsm8k import _REQUIRED_FIELDS, GSM8KTask, read_jsonl, write_jsonl
+
+SFT_EVAL_TOKENS = 48  # response cap of sft's own held-out accuracy (sft_summary.json)
 
 NAMES = ["Tom", "Ana", "Ben", "Mia", "Sam", "Lily", "Omar", "Zoe", "Leo", "Eva", "Raj", "Kim"]
 PRONOUN = {"Tom": "He", "Ben": "He", "Sam": "He", "Omar": "He", "Leo": "He", "Raj": "He",
@@ -110,6 +116,14 @@ class ArithmeticTask(GSM8KTask):
                       "test": str(DEFAULT_TASK_DIR / "test.jsonl")}
 
     @classmethod
+    def build_embedded(cls, output_dir=None, task_dir=None, seed: int = 0, steps: int | None = None,
+                       **kwargs) -> dict:
+        """``tba-lab sft``: :func:`sft` (writes ``data/arithmetic`` and ``data/tiny-llama`` by
+        default)."""
+        given = dict(output_dir=output_dir, task_dir=task_dir, steps=steps)
+        return sft(seed=seed, **{k: v for k, v in given.items() if v is not None}, **kwargs)
+
+    @classmethod
     def check_config(cls, cfg) -> None:
         from tba_lab.config import check
 
@@ -127,6 +141,71 @@ class ArithmeticTask(GSM8KTask):
                 ``question`` / ``answer`` (the message gives ``path:LINE:`` and the fix).
         """
         return read_jsonl(self.source(split), required=_REQUIRED_FIELDS)
+
+
+def greedy_accuracy(model, tokenizer, problems: list[dict], max_new_tokens: int = SFT_EVAL_TOKENS) -> float:
+    """Exact-match accuracy in [0, 1] of greedy answers to GSM8K-format ``problems``
+    (:func:`tba_lab.eval.evaluate` with the arithmetic task), responses capped at
+    ``max_new_tokens`` tokens. Leaves ``model`` in eval mode."""
+    from tba_lab.eval import evaluate
+    from tba_lab.rollout.backend import TransformersBackend
+
+    model.eval()
+    return evaluate(ArithmeticTask(), TransformersBackend(model, tokenizer), problems,
+                    max_new_tokens)["accuracy"]
+
+
+def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
+        task_dir: str | os.PathLike = DEFAULT_TASK_DIR, seed: int = 0, steps: int = 500,
+        batch_size: int = 64, lr: float = 2e-3, num_threads: int = 2, eval_size: int = 500,
+        log_every: int = 100, eval_every: int = 0, bare_answer_fraction: float = 0.6) -> dict:
+    """``tba-lab sft``: build the task splits, the tokenizer and the model, train on answer
+    tokens (:func:`tba_lab.models.train_sft`), save all.
+
+    Writes ``task_dir/{train,test}.jsonl`` and the model + tokenizer to ``output_dir``
+    (``save_pretrained``), plus ``output_dir/sft_summary.json``.
+
+    Returns:
+        dict with ``accuracy`` (greedy, first ``eval_size`` test problems, in [0, 1]),
+        ``steps``, ``wall_seconds``, ``num_parameters``.
+    """
+    import torch
+
+    from tba_lab.models import build_model, build_tokenizer, train_sft
+
+    torch.set_num_threads(num_threads)
+    random.seed(seed)
+    train, test = make_splits(seed=seed)
+    task_dir, output_dir = Path(task_dir), Path(output_dir)
+    task_dir.mkdir(parents=True, exist_ok=True)
+    write_jsonl(train, task_dir / "train.jsonl")
+    write_jsonl(test, task_dir / "test.jsonl")
+
+    prompts = [format_prompt(r["question"]) for r in train]
+    # A seeded fraction of SFT targets is the bare final line "#### N" (no worked steps), as
+    # in web text where answers often come without their working; the rest show the work.
+    mix = random.Random(seed + 1)
+    targets = [" " + (r["answer"].split("\n")[-1] if mix.random() < bare_answer_fraction else r["answer"])
+               for r in train]
+    tokenizer = build_tokenizer(prompts + targets + [format_prompt(r["question"]) + " " + r["answer"]
+                                                     for r in test])
+    model = build_model(tokenizer, seed=seed)
+    n_params = sum(p.numel() for p in model.parameters())
+
+    eval_fn = (lambda m: greedy_accuracy(m, tokenizer, test[:200])) if eval_every else None
+    t0 = time.time()
+    train_sft(model, tokenizer, prompts, targets, seed=seed, steps=steps, batch_size=batch_size,
+              lr=lr, log_every=log_every, eval_every=eval_every, eval_fn=eval_fn)
+    wall = time.time() - t0
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(output_dir)  # save first: evaluation must never lose the checkpoint
+    tokenizer.save_pretrained(output_dir)
+    acc = greedy_accuracy(model, tokenizer, test[:eval_size])
+    summary = {"accuracy": acc, "steps": steps, "wall_seconds": round(wall, 1),
+               "bare_answer_fraction": bare_answer_fraction,
+               "num_parameters": n_params, "seed": seed, "batch_size": batch_size, "lr": lr}
+    (output_dir / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 if __name__ != "__main__":  # `python -m` runs a second copy; the package's own one registers

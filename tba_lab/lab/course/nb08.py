@@ -1,0 +1,106 @@
+"""Exercises of notebook 08 (preference tuning against a learned reward model): the
+Bradley-Terry loss of reward-model training and the win rate with ties.
+
+References live in :mod:`tba_lab.reward_model` (``bradley_terry_loss``) and
+:mod:`tba_lab.tasks.preference` (``win_rate``), which the task and the RM training use.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tba_lab.lab.course import Exercise
+from tba_lab.reward_model import bradley_terry_loss
+from tba_lab.tasks.preference import win_rate
+
+
+# ---------------------------------------------------------------- 08.bradley_terry
+def bradley_terry_stub(chosen, rejected):
+    """Mean Bradley-Terry loss of N preference pairs.
+
+    Args:
+        chosen: (N,) float tensor, reward-model scores of the preferred responses.
+        rejected: (N,) float tensor, scores of the other response of each pair.
+    Returns:
+        a 0-dim tensor: the mean over pairs of -log sigmoid(chosen - rejected). Keep it
+        stable for large score gaps (|gap| of 100 must not give inf or nan).
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def bradley_terry_solution(chosen, rejected):
+    gap = chosen - rejected
+    # -log sigmoid(x) = log(1 + exp(-x)) = softplus(-x), computed without overflow
+    return torch.nn.functional.softplus(-gap).mean()
+
+
+def _bt_cases():
+    g = torch.Generator().manual_seed(8)
+    cases = [((torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0.0, 2.0, 3.0])), {})]  # hand-checked
+    for n in (1, 5, 64):
+        cases.append(((torch.randn(n, generator=g) * 2, torch.randn(n, generator=g) * 2), {}))
+    cases.append(((torch.tensor([100.0, -100.0]), torch.tensor([-100.0, 100.0])), {}))  # stability
+    return cases
+
+
+BRADLEY_TERRY = Exercise(
+    name="08.bradley_terry",
+    description="Bradley-Terry loss: mean of -log sigmoid(r_chosen - r_rejected), stable",
+    stub=bradley_terry_stub, solution=bradley_terry_solution, reference=bradley_terry_loss,
+    cases=_bt_cases)
+
+
+# ---------------------------------------------------------------- 08.win_rate
+def win_rate_stub(policy_scores, reference_scores):
+    """The win rate of the policy's summaries against the references under a judge.
+
+    Args:
+        policy_scores: list of N floats, the judge's score of the policy's summary of post i.
+        reference_scores: list of N floats, the judge's score of the reference summary of post i.
+    Returns:
+        a float in [0, 1]: the mean over posts of 1 (policy scores higher), 1/2 (equal
+        scores) or 0 (lower).
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def win_rate_solution(policy_scores, reference_scores):
+    total = 0.0
+    for p, r in zip(policy_scores, reference_scores):
+        if p > r:
+            total += 1.0
+        elif p == r:
+            total += 0.5
+    return total / len(policy_scores)
+
+
+def _wr_cases():
+    import random
+
+    rng = random.Random(8)
+    cases = [(([2.0, 1.0, 0.0, 1.5], [1.0, 1.0, 1.0, 1.5]), {}),     # win, tie, loss, tie
+             (([1.0] * 5, [1.0] * 5), {}),                           # all ties: exactly 1/2
+             (([3.0], [-1.0]), {})]
+    for n in (7, 40):  # gold scores come in half points, so ties are common
+        cases.append((([rng.choice((0, 0.5, 1, 1.5, 2)) for _ in range(n)],
+                       [rng.choice((0.5, 1, 2)) for _ in range(n)]), {}))
+    return cases
+
+
+def _compare_float(got, want):
+    if not isinstance(got, (int, float)) or not math.isclose(float(got), want, abs_tol=1e-9):
+        return f"got {got!r}, expected {want:.6g}"
+    return None
+
+
+WIN_RATE = Exercise(
+    name="08.win_rate",
+    description="win rate against references: 1 per win, 1/2 per tie, averaged",
+    stub=win_rate_stub, solution=win_rate_solution, reference=win_rate,
+    cases=_wr_cases, compare=_compare_float)
+
+
+EXERCISES = [BRADLEY_TERRY, WIN_RATE]

@@ -1,0 +1,112 @@
+"""Exercises of notebook 09 (red-teaming): the judge's floored log-reward and the mean pairwise
+cosine distance of attack embeddings.
+
+References live in :mod:`tba_lab.tasks.redteam` (``answer_log_probability``, ``log_reward``,
+``mean_pairwise_cosine_distance``), which the task's rewards and metrics use.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tba_lab.lab.course import Exercise
+from tba_lab.tasks.redteam import answer_log_probability, log_reward, mean_pairwise_cosine_distance
+
+
+# ---------------------------------------------------------------- 09.judge_log_reward
+def judge_log_reward_reference(answers, threshold, scale, floor):
+    """The package's reward for victim final answers (None = the victim gave no number)."""
+    return [log_reward(answer_log_probability("" if a is None else f" #### {a}", threshold, scale),
+                       floor) for a in answers]
+
+
+def judge_log_reward_stub(answers, threshold, scale, floor):
+    """The attacker's reward for each victim answer.
+
+    Args:
+        answers: list of the victim's final answers, numbers (float), or None when the victim
+            wrote no number.
+        threshold, scale: the judge's p(undesired) = sigmoid((answer - threshold) / scale).
+        floor: the lowest reward (a negative float).
+    Returns:
+        list of floats: max(log p, floor); a missing answer has p = 0, so it gets the floor.
+        Careful: for an answer far below the threshold, exp(-z) overflows; use
+        log sigmoid(z) = -log(1 + exp(-z)) for z >= 0 and z - log(1 + exp(z)) for z < 0.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def judge_log_reward_solution(answers, threshold, scale, floor):
+    out = []
+    for a in answers:
+        if a is None:  # no number: p = 0, log p = -inf, floored
+            out.append(floor)
+            continue
+        z = (a - threshold) / scale
+        log_p = -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
+        out.append(max(log_p, floor))
+    return out
+
+
+def _judge_cases():
+    return [
+        (([60.0, 64.0, 52.0, None], 60.0, 4.0, -5.0), {}),
+        (([96.0, 20.0, 59.0, 61.0], 60.0, 4.0, -5.0), {}),
+        (([-1000.0, 1000.0, 0.0], 60.0, 4.0, -30.0), {}),     # no overflow either way
+        (([10.0, 11.0, 12.0], 12.0, 1.0, -1.5), {}),          # floor binds at 10
+    ]
+
+
+JUDGE_LOG_REWARD = Exercise(
+    name="09.judge_log_reward",
+    description="reward = max(log sigmoid((answer - threshold) / scale), floor); no answer = floor",
+    stub=judge_log_reward_stub, solution=judge_log_reward_solution,
+    reference=judge_log_reward_reference, cases=_judge_cases)
+
+
+# ---------------------------------------------------------------- 09.cosine_diversity
+def cosine_diversity_stub(embeddings):
+    """Mean pairwise cosine distance of N attack embeddings.
+
+    Args:
+        embeddings: (N, D) float tensor, one row per attack (N >= 2).
+    Returns:
+        a float: the mean over all pairs i < j of 1 - cos(e_i, e_j).
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def cosine_diversity_solution(embeddings):
+    total, pairs = 0.0, 0
+    n = embeddings.shape[0]
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = embeddings[i].double(), embeddings[j].double()
+            cos = float(a @ b) / (float(a.norm()) * float(b.norm()))
+            total += 1.0 - cos
+            pairs += 1
+    return total / pairs
+
+
+def _cos_cases():
+    g = torch.Generator().manual_seed(9)
+    return [
+        ((torch.eye(3),), {}),                                      # orthogonal: 1
+        ((torch.tensor([[1.0, 2.0], [2.0, 4.0]]),), {}),            # same direction: 0
+        ((torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),), {}),
+        ((torch.randn(6, 5, generator=g),), {}),
+        ((torch.randn(4, 128, generator=g) + 3.0,), {}),            # similar rows: small
+    ]
+
+
+COSINE_DIVERSITY = Exercise(
+    name="09.cosine_diversity",
+    description="diversity = mean over pairs i < j of 1 - cos(e_i, e_j)",
+    stub=cosine_diversity_stub, solution=cosine_diversity_solution,
+    reference=mean_pairwise_cosine_distance, cases=_cos_cases)
+
+
+EXERCISES = [JUDGE_LOG_REWARD, COSINE_DIVERSITY]
