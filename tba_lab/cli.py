@@ -1,8 +1,10 @@
-"""Command line: ``tba-lab {train,sft,eval,reproduce,experiment}`` (also ``python -m tba_lab ...``).
+"""Command line: ``tba-lab {train,sft,train-rm,eval,reproduce,experiment}`` (also ``python -m tba_lab ...``).
 
 * ``tba-lab train``: asynchronous TBA (default) or a baseline (GRPO, Dr. GRPO, RLOO, online DPO),
   sync or async, on the embedded model.
-* ``tba-lab sft``: rebuild the embedded task and tiny model under ``data/`` from a seed.
+* ``tba-lab sft [--task NAME]``: rebuild a task's embedded data and tiny model under ``data/``
+  from a seed (arithmetic by default; ``preference``, ``redteam``).
+* ``tba-lab train-rm``: retrain the preference task's reward model (Bradley-Terry loss).
 * ``tba-lab eval``: held-out metrics (greedy accuracy) of a saved policy on a task.
 * ``tba-lab reproduce [--smoke]``: execute the course notebooks with papermill, write report.md.
 * ``tba-lab experiment NAME [--smoke] [--seeds 0 1 2]``: the paper's claims in miniature
@@ -122,6 +124,21 @@ def _sft(args) -> int:
     return 0
 
 
+def _train_rm(args) -> int:
+    from tba_lab.reward_model import train_reward_model
+
+    kwargs = {k: v for k, v in dict(pairs_path=args.pairs, init_from=args.init_from,
+                                    output_dir=args.output_dir, steps=args.steps,
+                                    seed=args.seed).items() if v is not None}
+    try:
+        summary = train_reward_model(**kwargs)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"tba-lab train-rm: {_one_line(e)}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def _eval(args) -> int:
     from tba_lab.config import ConfigError, from_dict
     from tba_lab.eval import evaluate
@@ -191,6 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=int)
     s.add_argument("--seed", type=int)
     s.set_defaults(func=_sft)
+    m = sub.add_parser("train-rm", help="retrain the preference task's reward model "
+                       "(Bradley-Terry loss on preference pairs)")
+    m.add_argument("--pairs", help="pairs JSONL with prompt/chosen/rejected "
+                   "(default data/preference/pairs.jsonl)")
+    m.add_argument("--init-from", help="causal LM folder that starts the RM "
+                   "(default data/tiny-llama-preference)")
+    m.add_argument("--output-dir", help="RM folder (default data/tiny-rm-preference)")
+    m.add_argument("--steps", type=int, help="optimiser steps (default: the embedded RM's)")
+    m.add_argument("--seed", type=int, help="seed of the pair order and the score head (default 0)")
+    m.set_defaults(func=_train_rm)
     e = sub.add_parser("eval", help="held-out metrics (greedy accuracy) of a saved policy")
     e.add_argument("--model", default=None, help="policy folder (default: the task's embedded model)")
     e.add_argument("--task", choices=TASKS.names(), default="arithmetic", help="task (default arithmetic)")

@@ -200,7 +200,7 @@ def train_reward_model(pairs_path: str | os.PathLike | None = None,
                        output_dir: str | os.PathLike | None = None,
                        init_from: str | os.PathLike | None = None, seed: int = 0,
                        steps: int = 150, batch_size: int = 32, lr: float = 5e-4,
-                       task_dir: str | os.PathLike | None = None, num_threads: int = 2,
+                       standardize_texts: list[str] | None = None, num_threads: int = 2,
                        log_every: int = 100) -> dict:
     """Train the preference task's RM with the Bradley-Terry loss and save it.
 
@@ -212,12 +212,14 @@ def train_reward_model(pairs_path: str | os.PathLike | None = None,
             ``data/tiny-llama-preference``).
         steps, batch_size, lr: AdamW steps, pairs per step, peak learning rate (warm-up over
             5% then cosine decay, gradient norm clipped to 1); the pair order is seeded.
-        task_dir: folder whose ``train.jsonl`` references give the standardisation statistics
-            (default: the folder of ``pairs_path``); skipped when absent.
+        standardize_texts: full texts (prompt + response) whose raw scores give the
+            standardisation statistics ``score_mean`` / ``score_std`` (up to 1000 are used;
+            the preference task passes its train references); default: the texts of the
+            first 500 training pairs (chosen and rejected).
     Returns:
         the summary also written as ``output_dir/rm_summary.json``: ``pair_accuracy`` (held-out
         pairs, a tie counts 1/2), ``train_pair_accuracy``, ``heldout_pairs``, ``train_pairs``,
-        ``score_mean`` / ``score_std`` (raw scores of up to 1000 train references), ``steps``,
+        ``score_mean`` / ``score_std`` (raw scores of ``standardize_texts``), ``steps``,
         ``wall_seconds``, ``seed``, ``num_parameters``, ``init_from``.
     Raises:
         FileNotFoundError: ``pairs_path`` or ``init_from`` is missing (the message names
@@ -230,7 +232,6 @@ def train_reward_model(pairs_path: str | os.PathLike | None = None,
     pairs_path = Path(pairs_path or DATA_DIR / "preference" / "pairs.jsonl")
     output_dir = Path(output_dir or DATA_DIR / "tiny-rm-preference")
     init_from = Path(init_from or DATA_DIR / "tiny-llama-preference")
-    task_dir = Path(task_dir) if task_dir else pairs_path.parent
     for what, p in (("pairs file", pairs_path), ("SFT policy", init_from / "config.json")):
         if not p.exists():
             raise FileNotFoundError(f"{what} {str(p)!r} is missing; run `tba-lab sft --task "
@@ -284,17 +285,13 @@ def train_reward_model(pairs_path: str | os.PathLike | None = None,
     summary = {"pair_accuracy": round(accuracy(held), 4),
                "train_pair_accuracy": round(accuracy(train[:1000]), 4),
                "heldout_pairs": len(held), "train_pairs": len(train)}
-    refs_path = task_dir / "train.jsonl"
-    if refs_path.is_file():
-        refs = read_jsonl(refs_path)[:1000]
-        from tba_lab.tasks.preference import format_prompt
-
-        raw = score_texts(model, tokenizer, [format_prompt(r["post"]) + " " + r["reference"]
-                                             for r in refs if "post" in r and "reference" in r])
-        if len(raw) > 1:
-            mean = sum(raw) / len(raw)
-            std = math.sqrt(sum((x - mean) ** 2 for x in raw) / (len(raw) - 1))
-            summary.update(score_mean=round(mean, 6), score_std=round(max(std, 1e-6), 6))
+    if standardize_texts is None:
+        standardize_texts = [r["prompt"] + r[k] for r in train[:500] for k in ("chosen", "rejected")]
+    raw = score_texts(model, tokenizer, list(standardize_texts)[:1000])
+    if len(raw) > 1:
+        mean = sum(raw) / len(raw)
+        std = math.sqrt(sum((x - mean) ** 2 for x in raw) / (len(raw) - 1))
+        summary.update(score_mean=round(mean, 6), score_std=round(max(std, 1e-6), 6))
     summary.update(steps=steps, batch_size=batch_size, lr=lr, wall_seconds=round(wall, 1),
                    seed=seed, num_parameters=n_params, init_from=init_from.name)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -114,3 +114,34 @@ def test_summary_line_shows_the_held_out_metrics_only():
     line = summary_line(s, "runs/default")
     assert line == ("tb/async on arithmetic: held-out accuracy 34.6% -> 47.0% in 1278 updates, "
                     "540 s (123392 samples, staleness mean 6.60 max 26); outputs in runs/default")
+
+
+def test_task_flag_picks_the_tasks_embedded_model_and_sft_dispatches(tmp_path, capsys, monkeypatch):
+    """`--task NAME` without `--model` trains the task's embedded policy (Task.default_model);
+    `tba-lab sft --task NAME` calls that task's build_embedded; `train-rm` names a missing file."""
+    from tba_lab import cli
+    from tba_lab.paths import DATA_DIR, DEFAULT_MODEL_DIR
+    from tba_lab.registry import TASKS
+
+    seen = {}
+    monkeypatch.setattr("tba_lab.trainer.train", lambda cfg, **kw: seen.setdefault("cfg", cfg) and 0)
+    monkeypatch.setattr(cli, "summary_line", lambda s, d: "")
+    for task, want in (("redteam", DATA_DIR / "tiny-llama-attacker"),
+                       ("arithmetic", DEFAULT_MODEL_DIR)):
+        seen.clear()
+        assert cli.main(["train", "--task", task, "--output-dir", str(tmp_path / task)]) == 0
+        assert seen["cfg"].model.path == str(want) and seen["cfg"].task.name == task
+    seen.clear()  # an explicit --model wins
+    assert cli.main(["train", "--task", "redteam", "--model", str(DEFAULT_MODEL_DIR),
+                     "--output-dir", str(tmp_path / "explicit")]) == 0
+    assert seen["cfg"].model.path == str(DEFAULT_MODEL_DIR)
+
+    calls = []
+    monkeypatch.setattr(TASKS.get("redteam"), "build_embedded",
+                        classmethod(lambda cls, **kw: calls.append(kw) or {"ok": 1}))
+    assert cli.main(["sft", "--task", "redteam", "--steps", "3", "--seed", "2"]) == 0
+    assert calls == [{"steps": 3, "seed": 2}]
+    capsys.readouterr()
+    assert cli.main(["train-rm", "--pairs", str(tmp_path / "none.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"tba-lab train-rm: pairs file '{tmp_path / 'none.jsonl'}' is missing")

@@ -162,6 +162,8 @@ ALLOWED_NUMBERS = {
     "07_paper_findings": {
         "0 s": SETTING, "0.5": SETTING, "0.8": SETTING, "0.95": SETTING, "0.014": CITED,
         "0.004": CITED},
+    "08_preference": {"+1": SETTING, "0.5": SETTING, "0.1": SETTING, "near 0": SETTING,
+                      "near 100": SETTING},
     "09_redteam": {"0.6": SETTING, "0.1": SETTING, "0.5": SETTING},
 }
 # Notebooks whose text still quotes the authors' own runs, to be replaced by printed output.

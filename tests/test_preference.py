@@ -12,8 +12,10 @@ import torch
 from tba_lab.config import ConfigError, from_dict, validate
 from tba_lab.paths import DATA_DIR
 from tba_lab.reward_model import RewardModel, bradley_terry_loss, score_texts
-from tba_lab.tasks.preference import (PreferenceTask, gold_breakdown, gold_score, load_rows,
-                                      make_splits, summary_items, win_rate)
+from tba_lab.tasks.preference import (EVENTS, FILLERS, PreferenceTask, gold_breakdown,
+                                      gold_score, load_rows,
+                                      make_candidate, make_post, make_splits, summary_items,
+                                      win_rate)
 
 POLICY = DATA_DIR / "tiny-llama-preference"
 RM = DATA_DIR / "tiny-rm-preference"
@@ -71,6 +73,23 @@ def test_splits_deterministic_and_disjoint():
         assert pair["chosen"] != pair["rejected"] and post.startswith("Post: ")
 
 
+def test_posts_copyable_and_candidates_never_repeat():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        p = make_post(rng)
+        assert set(p["key_facts"]) <= set(EVENTS) and set(p["filler_facts"]) <= set(FILLERS)
+        actors = [s.split()[0] for s in p["post"].split(".") if s.strip()]
+        assert len(actors) == len(set(actors))  # one sentence per actor: naming it is enough
+        assert 2 <= len(p["key_facts"]) <= 4 and 1 <= len(p["filler_facts"]) <= 2
+        for item in p["key_facts"] + p["filler_facts"]:
+            assert item + "." in p["post"]  # items are verbatim sentences of the post
+        assert all(f.split()[1] in ("likes", "feels") for f in p["filler_facts"])
+        bd = gold_breakdown(p, make_candidate(rng, p))
+        assert bd["repeated"] == 0  # the RM's blind spot: pairs never show a repeat
+
+
 def test_load_rows_field_names(tmp_path):
     path = tmp_path / "tldr.jsonl"
     path.write_text(json.dumps({"post": "I lost my keys.", "summary": "lost keys",
@@ -109,8 +128,8 @@ def _tiny_rm(tokenizer, hidden=32, seed=0):
     return model.eval()
 
 
-TEXTS = ["Post: Tom broke the lamp.\nTL;DR: Tom broke the lamp.",
-         "Post: Ana lost the keys at work. Mia likes tea.\nTL;DR: Ana lost the keys, Mia likes tea.",
+TEXTS = ["Post: Tom lost lamp.\nTL;DR: Tom lost lamp.",
+         "Post: Ana found phone. Ivy likes tea.\nTL;DR: Ana found phone, Ivy likes tea.",
          "Post: x\nTL;DR:"]
 
 
@@ -239,7 +258,7 @@ def test_end_to_end_rewards_and_metrics_on_embedded_models():
     assert len(batch.rewards) == 4 and all(math.isfinite(r) and abs(r) < 20 for r in batch.rewards)
     # the RM prefers the references of the post to a summary that is no fact of it
     good = task.rewards(problems[:4], [" " + p["reference"] for p in problems[:4]])
-    bad = task.rewards(problems[:4], [" Zoe ate the moon, Zoe ate the moon."] * 4)
+    bad = task.rewards(problems[:4], [" Zoe ate moon, Zoe ate moon."] * 4)
     assert sum(good) > sum(bad)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no dropped rows
@@ -260,6 +279,19 @@ def test_embedded_rm_summary_and_standardisation():
     assert summary["pair_accuracy"] > 0.7 and summary["score_std"] > 0
     rm = RewardModel.from_pretrained(RM)
     raw = RewardModel.from_pretrained(RM, normalize=False)
-    text = ["Post: Tom broke the lamp at work.\nTL;DR: Tom broke the lamp."]
+    text = ["Post: Tom lost lamp. Ivy likes tea.\nTL;DR: Tom lost lamp."]
     assert rm.score(text)[0] == pytest.approx((raw.score(text)[0] - summary["score_mean"])
                                               / summary["score_std"], abs=1e-5)
+
+
+def test_reward_model_is_task_agnostic(tmp_path):
+    """train_reward_model standardises on the texts it is given (no import of the task)."""
+    import ast
+    import inspect
+
+    import tba_lab.reward_model as rm_mod
+
+    tree = ast.parse(inspect.getsource(rm_mod))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any(m and m.startswith("tba_lab.tasks.preference") for m in imported)
+    assert "standardize_texts" in inspect.signature(rm_mod.train_reward_model).parameters

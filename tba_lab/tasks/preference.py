@@ -6,25 +6,29 @@ summaries against the human reference summaries as judged by a larger "gold" RM,
 PERPLEXITY of the summaries under the SFT model as a proxy for the KL to the starting policy.
 Here every piece is built in miniature by the kit from a seed:
 
-* **Posts** (:func:`make_post`): 3 to 7 template sentences in random order. KEY facts are
-  events (``"Tom broke the lamp at the park."``, summary item ``"Tom broke the lamp"``);
-  FILLER facts are tastes and moods (``"Ana likes pizza."`` -> ``"Ana likes pizza"``,
-  ``"Ben feels tired."``). A summary is a comma-separated list of items ending in ``.``.
+* **Posts** (:func:`make_post`): 3 to 6 short sentences in random order. KEY facts are
+  events (``"Tom lost lamp."``, summary item ``"Tom lost lamp"``; each actor has one fixed
+  event, see below); FILLER facts are tastes and moods (``"Max likes pizza."``, ``"Ruby feels
+  tired."``): the verb is the visible cue that tells them apart. Each person appears once in a
+  post, so a summary is made by COPYING sentences of the post token by token, which a ~1M parameter
+  transformer learns (an induction head); a summary is a comma-separated list of items
+  ending in ``.``.
 * **Reference summaries** (:func:`make_reference`), what a hurried human wrote: usually one key
-  fact (55%), sometimes two (30%) or three (15%), in post order, with one filler item 30% of
-  the time. Moderate quality, so a policy has room to beat them.
+  fact (55%), sometimes two (30%) or three (15%), in post order, with one filler item 20% of
+  the time (the SFT demonstrations of the train split: 70%, see below). Moderate quality, so a policy has room to beat them (the gold optimum: every key
+  fact, no filler).
 * **Gold judge** (:func:`gold_score`, hidden from the policy, programmatic): +1 per distinct key
   fact covered, -0.5 per filler item, -1 per item that is no fact of the post (hallucinated or
   garbled), -1 per repeated item, -0.1 per word beyond 20. It stands in for the paper's 6.9B
   gold RM. The win rate (:func:`win_rate`) counts a tie as 1/2.
 * **Preference pairs** (:func:`make_pair`, ``data/preference/pairs.jsonl``): two candidate
-  summaries of one post drawn from a broader distribution than the references (1 to all key
-  facts, 0-2 fillers, sometimes a hallucinated item), labelled by the gold judge, ties dropped;
-  TRL's ``{"prompt", "chosen", "rejected"}`` rows. The candidates NEVER repeat an item, so
-  in the pairs "more items" goes with "better" and the learned RM
-  (:mod:`tba_lab.reward_model`) has never been shown that repeating a fact is bad: a policy that
-  optimises it too hard (small beta) learns to pad summaries with repeats the gold judge
-  penalises (reward over-optimisation, Gao et al. 2023).
+  summaries of one post shaped like a policy's samples (:func:`make_candidate`: 0 to all key
+  facts, 0-2 fillers, 0-2 garbled items with a name, verb or object swapped), labelled by the
+  gold judge, ties dropped; TRL's ``{"prompt", "chosen", "rejected"}`` rows. The deliberate
+  flaw: the candidates NEVER repeat an item, so the learned RM (:mod:`tba_lab.reward_model`)
+  has never been shown that repeating a fact is bad, and "more items" goes with "better" in
+  its data; a policy that optimises it too hard (small beta) can pad summaries with repeats
+  the gold judge penalises (reward over-optimisation, Gao et al. 2023).
 
 As a :class:`~tba_lab.tasks.Task` (:class:`PreferenceTask`, ``task.name: preference``):
 the reward is the learned RM's score of ``prompt + completion`` (standardised, see
@@ -48,15 +52,26 @@ are deliberately mediocre; perplexity under the SFT model on the completion toke
 the decoded text does not record whether the response ended). The RM is initialised from the
 SFT policy, as in the paper and common RLHF practice.
 
-Status of the embedded build (``tba-lab sft --task preference``, seed 0, measured on the first
-500 held-out posts and saved in ``data/tiny-llama-preference/sft_summary.json``): the SFT policy
-learned the format but not which actor goes with which event: most of its items name a real
-object of the post with the wrong person or verb, so its greedy win rate against the references
-is far below the 15-35% aimed at (6.3%; sampled at temperature 0.6, 5.7%). The RM reaches 81.8%
-held-out pair accuracy but does not check actors either, so RL against it at the kit's default
-beta lengthens summaries with more (mostly garbled) items and repeats: proxy reward up, gold win
-rate down, i.e. the over-optimisation regime already at the default beta. A longer SFT (the
-binding is still improving at the end of the build) is the known next step.
+Design choices that make the miniature learnable (a redesign after a first version in which
+the SFT policy never learned which person goes with which event): every actor has ONE fixed
+event, so a summary item is a sentence of the post copied verbatim (no binding of actor, verb
+and object to infer); the SFT sees 20,000 distinct posts (no memorising); the SFT
+demonstrations (train split) come from a sloppier writer than the held-out references (a
+filler item 70% vs 20% of the time), so the SFT policy starts BELOW the references with
+headroom (a departure: the paper's SFT data are the TL;DR references themselves); the RM's pairs are shaped
+like policy samples (subsets of key facts, fillers, garbled items).
+
+Status (seed 0 build, ``data/tiny-llama-preference/sft_summary.json``, first 300 held-out
+posts): SFT greedy win rate 0.16 (sampled at temperature 0.6: 0.23; at least one of 4 samples
+wins on 41% of posts), RM held-out pair accuracy 0.76. Two-minute runs of ``tba-lab train
+--task preference`` (TB, tb.beta 0.1, 500 held-out posts): win rate 0.159 -> 0.308 (seed 0),
+0.318 (seed 1), 0.348 (seed 2); gold score 0.711 -> 0.733 / 0.723 / 0.820, while the proxy
+reward rises from -0.64 to about 2 and summaries grow from 6.1 to 10.5-11.4 words: the policy
+drops fillers and adds key facts. With tb.beta 0.01 (seed 0) the RM's blind spot is exploited:
+proxy -0.64 -> 2.20 but win rate 0.159 -> 0.085 and gold score 0.711 -> -0.53 (length 13.3
+words: repeats), the paper's reward over-optimisation at too small a KL coefficient.
+GRPO with its defaults (seed 0) over-optimises the same way: proxy -0.64 -> 1.92, win rate
+0.159 -> 0.060, gold score 0.711 -> -1.82, length 17.5 words.
 
 Run ``python -m tba_lab.tasks.preference`` to print a few posts, references and gold scores.
 """
@@ -80,16 +95,20 @@ PROMPT_TEMPLATE = "Post: {post}\nTL;DR:"
 NAMES = ["Tom", "Ana", "Ben", "Mia", "Sam", "Lily", "Omar", "Zoe", "Leo", "Eva", "Raj", "Kim"]
 VERBS = ["lost", "found", "broke", "fixed", "sold", "painted", "bought", "hid"]
 OBJECTS = ["lamp", "bike", "keys", "phone", "car", "fence", "laptop", "guitar", "boat", "radio"]
-PLACES = ["at the park", "in the kitchen", "at work", "near the lake", "at school", "in town"]
-FOODS = ["pizza", "tea", "rice", "soup", "cake", "pasta"]
-MOODS = ["tired", "happy", "bored", "calm", "sleepy"]
+# The event of each key actor is fixed (Tom always broke the lamp, ...), so an item is copied
+# by naming the actor: no binding of actor, verb and object has to be inferred from the post.
+EVENTS = [f"{n} {VERBS[i % len(VERBS)]} {OBJECTS[(3 * i) % len(OBJECTS)]}" for i, n in enumerate(NAMES)]
+FILLERS = ["Max likes pizza", "Ivy likes tea", "Noah likes cake", "Ruby feels tired",
+           "Finn feels happy", "Nina feels bored"]
 
 # Gold judge weights (gold_score). A summary of all key facts and nothing else scores n_key.
 COVER, FILLER, HALLUCINATION, REPEAT = 1.0, -0.5, -1.0, -1.0
 MAX_WORDS, PER_EXTRA_WORD = 20, -0.1
 # Reference summaries: P(1, 2, 3 key facts) (capped at the post's count), P(one filler item).
 REFERENCE_KEYS = (0.55, 0.30, 0.15)
-REFERENCE_FILLER = 0.3
+# P(one filler item): the held-out references (test split) and the SFT demonstrations (train
+# split), written by a sloppier writer, so the SFT policy starts below the references.
+REFERENCE_FILLER, DEMO_FILLER = 0.2, 0.7
 
 
 # ------------------------------------------------------------------------------ data
@@ -101,72 +120,73 @@ def format_prompt(post: str) -> str:
 def make_post(rng: random.Random) -> dict:
     """One problem ``{"post", "key_facts", "filler_facts"}`` drawn with ``rng``.
 
-    2-4 key facts (distinct objects) and 1-3 filler facts, sentences shuffled. The facts are
-    stored as their summary items (``"Tom broke the lamp"``), in post order.
+    2-4 key facts (events of :data:`EVENTS`, e.g. ``"Tom lost lamp"``) and 1-2 filler facts
+    (:data:`FILLERS`, tastes and moods), sentences shuffled; the verb is the visible cue
+    (``likes``/``feels`` = filler). Each actor has one fixed event, so a summary item is a
+    sentence of the post copied verbatim by naming its actor. The facts are stored as their
+    summary items (the sentence without its ``.``), in post order.
     """
-    n_key, n_fill = rng.randint(2, 4), rng.randint(1, 3)
-    sentences = []
-    for obj in rng.sample(OBJECTS, n_key):
-        name, verb = rng.choice(NAMES), rng.choice(VERBS)
-        sentences.append(("key", f"{name} {verb} the {obj}", f"{name} {verb} the {obj} "
-                                                               f"{rng.choice(PLACES)}."))
-    for _ in range(n_fill):
-        name = rng.choice(NAMES)
-        item = (f"{name} likes {rng.choice(FOODS)}" if rng.random() < 0.5
-                else f"{name} feels {rng.choice(MOODS)}")
-        if item not in [s[1] for s in sentences]:
-            sentences.append(("filler", item, item + "."))
+    sentences = ([("key", e) for e in rng.sample(EVENTS, rng.randint(2, 4))]
+                 + [("filler", f) for f in rng.sample(FILLERS, rng.randint(1, 2))])
     rng.shuffle(sentences)
-    return {"post": " ".join(s[2] for s in sentences),
+    return {"post": " ".join(s[1] + "." for s in sentences),
             "key_facts": [s[1] for s in sentences if s[0] == "key"],
             "filler_facts": [s[1] for s in sentences if s[0] == "filler"]}
 
 
 def join_items(items: list[str]) -> str:
-    """A summary from its items: ``"Tom broke the lamp, Ana likes pizza."`` ("" for none)."""
+    """A summary from its items: ``"Tom broke lamp, Ana likes pizza."`` ("" for none)."""
     return ", ".join(items) + "." if items else ""
 
 
-def make_reference(rng: random.Random, problem: dict) -> str:
-    """A reference summary of moderate quality (see the module docstring for the mix)."""
+def make_reference(rng: random.Random, problem: dict, filler: float = REFERENCE_FILLER) -> str:
+    """A reference summary of moderate quality (see the module docstring for the mix); one
+    filler item at a random place with probability ``filler``."""
     keys = problem["key_facts"]
     k = min(len(keys), rng.choices((1, 2, 3), weights=REFERENCE_KEYS)[0])
     chosen = sorted(rng.sample(range(len(keys)), k))
     items = [keys[i] for i in chosen]
-    if problem["filler_facts"] and rng.random() < REFERENCE_FILLER:
+    if problem["filler_facts"] and rng.random() < filler:
         items.insert(rng.randint(0, len(items)), rng.choice(problem["filler_facts"]))
     return join_items(items)
 
 
 def _hallucinate(rng: random.Random, problem: dict) -> str:
-    """An item that is no fact of the post: a key fact with its name or verb swapped."""
-    fact = rng.choice(problem["key_facts"])
-    name, verb, the, obj = fact.split()
+    """An item that is no fact of the post, like a slip of a sampling policy: the event of an
+    actor who is not in the post (60%), or a key fact with its actor, verb or object swapped
+    for another of the vocabulary (40%)."""
     facts = set(problem["key_facts"]) | set(problem["filler_facts"])
     for _ in range(20):
-        if rng.random() < 0.5:
-            item = f"{rng.choice(NAMES)} {verb} {the} {obj}"
+        if rng.random() < 0.6:
+            item = rng.choice(EVENTS)
         else:
-            item = f"{name} {rng.choice(VERBS)} {the} {obj}"
+            parts = rng.choice(problem["key_facts"]).split()
+            slot = rng.randrange(3)
+            parts[slot] = rng.choice((NAMES, VERBS, OBJECTS)[slot])
+            item = " ".join(parts)
         if item not in facts:
             return item
-    return f"{name} {verb} {the} {rng.choice([o for o in OBJECTS if o != obj])}"
+    return "nobody lost anything"
 
 
 def make_candidate(rng: random.Random, problem: dict) -> str:
-    """A candidate summary for a preference pair: 1..n_key key facts (uniform), 0-2 filler
-    items (60/30/10%), a hallucinated item 15% of the time; never a repeated item."""
+    """A candidate summary for a preference pair, shaped like a policy's samples: 0..n_key key
+    facts (uniform; in post order 80% of the time), 0-2 filler items (50/35/15%), 0-2
+    hallucinated items (70/22/8%); NEVER a repeated item (the RM's blind spot)."""
     keys = problem["key_facts"]
-    k = rng.randint(1, len(keys))
-    items = [keys[i] for i in sorted(rng.sample(range(len(keys)), k))]
+    k = rng.randint(0, len(keys))
+    idx = rng.sample(range(len(keys)), k)
+    items = [keys[i] for i in (sorted(idx) if rng.random() < 0.8 else idx)]
     fillers = problem["filler_facts"]
-    n_fill = min(len(fillers), rng.choices((0, 1, 2), weights=(0.6, 0.3, 0.1))[0])
+    n_fill = min(len(fillers), rng.choices((0, 1, 2), weights=(0.5, 0.35, 0.15))[0])
     extra = rng.sample(fillers, n_fill)
-    if rng.random() < 0.15:
+    for _ in range(rng.choices((0, 1, 2), weights=(0.7, 0.22, 0.08))[0]):
         extra.append(_hallucinate(rng, problem))
     for item in extra:
         if item not in items:
             items.insert(rng.randint(0, len(items)), item)
+    if not items:
+        items = [rng.choice(keys)]
     return join_items(items)
 
 
@@ -183,7 +203,7 @@ def make_pair(rng: random.Random, problem: dict, tries: int = 10) -> dict | None
     return None
 
 
-def make_splits(seed: int = 0, num_train: int = 4000, num_test: int = 500,
+def make_splits(seed: int = 0, num_train: int = 20000, num_test: int = 500,
                 num_pairs: int = 3000, heldout_pairs: int = 400) -> tuple[list, list, list]:
     """Deterministic train/test problems and preference pairs; test posts never appear in
     train, and the pairs are drawn on posts of their own (neither train nor test).
@@ -211,8 +231,10 @@ def make_splits(seed: int = 0, num_train: int = 4000, num_test: int = 500,
         return out
 
     test, train = fresh(num_test), fresh(num_train)
-    for p in test + train:
+    for p in test:
         p["reference"] = make_reference(rng, p)
+    for p in train:
+        p["reference"] = make_reference(rng, p, DEMO_FILLER)
     pairs = []
     while len(pairs) < num_pairs:
         pair = make_pair(rng, fresh(1)[0])
@@ -583,12 +605,13 @@ class PreferenceTask(Task):
     # -------------------------------------------------------------- embedded build
     @classmethod
     def build_embedded(cls, output_dir=None, task_dir=None, seed: int = 0, steps: int | None = None,
-                       rm_dir=None, rm_steps: int = 150, steps2: int = 400,
-                       num_threads: int = 2, eval_size: int = 500, **kwargs) -> dict:
+                       rm_dir=None, rm_steps: int = 150, steps2: int = 0,
+                       num_threads: int = 1, eval_size: int = 300, **kwargs) -> dict:
         """``tba-lab sft --task preference``: write ``data/preference`` (train/test/pairs),
-        SFT the policy ``data/tiny-llama-preference`` on the reference summaries
-        (:func:`tba_lab.models.train_sft`: ``steps`` updates of 64 rows at lr 2e-3, then a warm
-        restart of ``steps2`` updates of 32 rows at lr 1e-3), then train the RM
+        SFT the policy ``data/tiny-llama-preference`` on the train split's demonstrations
+        (:func:`tba_lab.models.train_sft`: ``steps`` updates of 64 rows at lr 2e-3 drawn from
+        20,000 distinct posts, so the policy learns to copy rather than memorise posts; an
+        optional warm restart of ``steps2`` updates of 32 rows at lr 1e-3), then train the RM
         ``data/tiny-rm-preference`` from it (:func:`tba_lab.reward_model.train_reward_model`).
 
         Returns:
@@ -614,17 +637,14 @@ class PreferenceTask(Task):
 
         prompts = [format_prompt(r["post"]) for r in train]
         targets = [" " + r["reference"] for r in train]
-        vocab_text = " ".join(NAMES + VERBS + OBJECTS + PLACES + FOODS + MOODS
-                              + ["the", "likes", "feels"]) + ", ."
+        vocab_text = " ".join(NAMES + VERBS + OBJECTS + FILLERS + ["nobody", "anything"]) + ", ."
         tokenizer = build_tokenizer(prompts + targets + [vocab_text] + [
             format_prompt(r["post"]) + " " + r["reference"] for r in test])
         model = build_model(tokenizer, seed=seed)
         t0 = time.time()
-        # two cosine cycles (a warm restart): copying the right name, verb and object out of
-        # the post is what the tiny model learns slowly; one cycle of the same length left it
-        # hallucinating most items
+        # num_threads=1: on 2 shared cores two torch threads ran 10x slower per step
         train_sft(model, tokenizer, prompts, targets, seed=seed, steps=steps, batch_size=64,
-                  lr=2e-3, log_every=100)
+                  lr=2e-3, log_every=50)
         if steps2:
             train_sft(model, tokenizer, prompts, targets, seed=seed + 1, steps=steps2,
                       batch_size=32, lr=1e-3, log_every=100)
@@ -637,7 +657,9 @@ class PreferenceTask(Task):
 
         rm_summary = train_reward_model(pairs_path=task_dir / "pairs.jsonl", init_from=output_dir,
                                         output_dir=rm_dir or DATA_DIR / RM_MODEL, seed=seed,
-                                        steps=rm_steps, task_dir=task_dir, num_threads=num_threads)
+                                        steps=rm_steps, num_threads=num_threads,
+                                        standardize_texts=[format_prompt(r["post"]) + " "
+                                                           + r["reference"] for r in train[:1000]])
         summary = {"steps": steps, "steps2": steps2, "wall_seconds": round(wall, 1), "seed": seed,
                    "num_parameters": sum(p.numel() for p in model.parameters()),
                    **sft_eval(output_dir, task_dir / "test.jsonl", rm_dir or DATA_DIR / RM_MODEL,
