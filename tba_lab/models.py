@@ -162,6 +162,18 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32
     return model, tokenizer
 
 
+def adamw_warmup_cosine(model, lr: float, steps: int):
+    """``(optimizer, scheduler)`` of every build the kit trains (SFT, reward model): AdamW
+    (betas 0.9/0.95, weight decay 0.01) at peak ``lr``, linear warm-up over the first 5% of
+    ``steps`` then cosine decay to 0 at ``steps``; call ``scheduler.step()`` after each
+    ``optimizer.step()``."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    return opt, sched
+
+
 def train_sft(model, tokenizer, prompts: list[str], targets: list[str], seed: int = 0,
               steps: int = 500, batch_size: int = 64, lr: float = 2e-3, log_every: int = 100,
               eval_every: int = 0, eval_fn=None) -> None:
@@ -192,10 +204,7 @@ def train_sft(model, tokenizer, prompts: list[str], targets: list[str], seed: in
     enc_t = tokenizer(targets, add_special_tokens=False)["input_ids"]
     examples = [(p, t + [eos]) for p, t in zip(enc_p, enc_t)]
 
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    opt, sched = adamw_warmup_cosine(model, lr, steps)
     gen = torch.Generator().manual_seed(seed)
     model.train()
     t0 = time.time()

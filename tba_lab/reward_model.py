@@ -254,10 +254,9 @@ def train_reward_model(pairs_path: str | os.PathLike | None = None,
         scores = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits[:, 0]
         return scores[:len(batch)], scores[len(batch):]
 
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    from tba_lab.models import adamw_warmup_cosine
+
+    opt, sched = adamw_warmup_cosine(model, lr, steps)  # the schedule of the SFT builds
     rng = random.Random(seed)
     model.train()
     t0 = time.time()
