@@ -17,7 +17,7 @@ from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, SMOKE_RUN_SECONDS,
                                             UPDATES_PER_MINUTE, basic_numbers, batch_settings,
                                             core_overrides, errorbar, load_run_policy,
-                                            one_thread, pct, pyplot, rng, separated, spread)
+                                            one_thread, pct, pyplot, rng, separated, spread, save_figure)
 
 NAME = "beta"
 TITLE = "KL coefficient beta: constant or annealed (TB)"
@@ -220,11 +220,8 @@ def figures(a: dict, out: Path) -> list[tuple[str, str]]:
         ax.set_xticks(xs, [c["text"] for c in a["cells"]])
         ax.set_xlim(-0.5, len(xs) - 0.5)
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "beta.png", dpi=110)
-    plt.close(fig)
-    return [("beta.png", "Accuracy and KL to the reference per beta setting; mean over seeds, "
-                         "bars from the lowest to the highest seed.")]
+    return save_figure(fig, out, "beta.png", "Accuracy and KL to the reference per beta setting; mean over seeds, "
+                         "bars from the lowest to the highest seed.")
 
 
 def table(a: dict) -> list[str]:

@@ -17,7 +17,7 @@ from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, SMOKE_R
                                             UPDATES_PER_MINUTE, basic_numbers, batch_settings,
                                             binomial_se_points, core_overrides, errorbar,
                                             load_run_policy, one_thread, pct, pyplot, rng,
-                                            separated, spread, trend)
+                                            separated, spread, trend, save_figure)
 
 NAME = "buffer"
 TITLE = "Replay-buffer sampling: recency m and reward prioritisation inv_temp"
@@ -156,12 +156,9 @@ def figures(a: dict, out: Path) -> list[tuple[str, str]]:
         ax.set_xlabel("recency m (probability of drawing refreshed prompts)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "buffer.png", dpi=110)
-    plt.close(fig)
-    return [("buffer.png", "Held-out accuracy and distinct correct responses against recency m, "
+    return save_figure(fig, out, "buffer.png", "Held-out accuracy and distinct correct responses against recency m, "
                            "one line per inv_temp; mean over seeds, bars from the lowest to the "
-                           "highest seed.")]
+                           "highest seed.")
 
 
 def table(a: dict) -> list[str]:

@@ -242,6 +242,17 @@ def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, set
             "overlap are called separated, overlapping ones within noise.", ""]
 
 
+def save_figure(fig, out: Path, name: str, caption: str) -> list[tuple[str, str]]:
+    """Lay out ``fig``, save it as ``out/name`` (110 dpi PNG) and close it; returns the
+    experiment's figure list ``[(name, caption)]`` that its report embeds."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return [(name, caption)]
+
+
 def write_result(out: Path, result: dict) -> None:
     """``results.json`` (rewritten after every run, so a stopped experiment keeps its runs)."""
     out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, SMOKE_RUN_SECONDS,
                                             UPDATES_PER_MINUTE, basic_numbers, batch_settings,
                                             binomial_se_points, core_overrides, errorbar, points,
-                                            pyplot, rng, separated, spread)
+                                            pyplot, rng, separated, spread, save_figure)
 
 NAME = "off_policy"
 TITLE = "Off-policy robustness: accuracy gain against the sync period k"
@@ -172,11 +172,8 @@ def figures(a: dict, out: Path) -> list[tuple[str, str]]:
         ax.set_xlabel("sync period k (weights published every k updates)")
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "off_policy.png", dpi=110)
-    plt.close(fig)
-    return [("off_policy.png", "Accuracy gain and staleness against k; mean over seeds, bars "
-                               "from the lowest to the highest seed.")]
+    return save_figure(fig, out, "off_policy.png", "Accuracy gain and staleness against k; mean over seeds, bars "
+                               "from the lowest to the highest seed.")
 
 
 def table(a: dict) -> list[str]:

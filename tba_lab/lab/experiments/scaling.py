@@ -19,7 +19,7 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (PAPER, basic_numbers, batch_settings,
                                             core_overrides, errorbar, pct, pyplot, rng, spread,
-                                            time_to_target, trend)
+                                            time_to_target, trend, save_figure)
 
 NAME = "scaling"
 TITLE = "Searcher scaling: wall-clock time to a target accuracy"
@@ -193,12 +193,9 @@ def figures(a: dict, out: Path) -> list[tuple[str, str]]:
         ax.set_ylim(0, None)
     ax1.legend(fontsize=8)
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "scaling.png", dpi=110)
-    plt.close(fig)
-    return [("scaling.png", "Accuracy over wall-clock per run, trainer updates per minute "
+    return save_figure(fig, out, "scaling.png", "Accuracy over wall-clock per run, trainer updates per minute "
                             "(measured and predicted) and samples per minute against the number "
-                            "of searchers; bars from the lowest to the highest seed.")]
+                            "of searchers; bars from the lowest to the highest seed.")
 
 
 def table(a: dict) -> list[str]:
