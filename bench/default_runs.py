@@ -2,6 +2,7 @@
 
     python bench/default_runs.py --seeds 0 1                      # this checkout
     python bench/default_runs.py --seeds 0 1 --other /path/to/old  # interleaved: other, this, ...
+    python bench/default_runs.py --task preference --seeds 0 1 2   # another task, its own metrics
 
 Each run is ``python -m tba_lab train --seed S --no-progress`` with every other setting at its
 default (async TBA, 9-minute budget), in a fresh process, one after another (never two at once:
@@ -10,7 +11,9 @@ seed by seed (``other`` first), so a drift in machine load affects both alike; t
 checkout's package is put first on ``PYTHONPATH``. The script prints, and writes to
 ``<out>/default_runs.md`` and ``.json``, one row per run: accuracy before and after, gain,
 trainer updates, updates per minute, samples and staleness, with the date, the core count and
-the seeds. Numbers move with machine load: compare rows of one invocation, not across days.
+the seeds. For a task other than the default, the columns are that task's held-out metrics
+(``held_out_metrics`` of its ``summary.json``, the headline first) before and after. Numbers
+move with machine load: compare rows of one invocation, not across days.
 """
 from __future__ import annotations
 
@@ -26,11 +29,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 
 
-def run(code_dir: Path, seed: int, out: Path, minutes: float | None) -> dict:
-    """One default run of the package in ``code_dir``; returns its ``summary.json``."""
+def run(code_dir: Path, seed: int, out: Path, minutes: float | None, task: str | None = None) -> dict:
+    """One default run of the package in ``code_dir`` (of ``task``, with its embedded model, when
+    given); returns its ``summary.json``."""
     env = {**os.environ, "PYTHONPATH": str(code_dir)}
     cmd = [sys.executable, "-m", "tba_lab", "train", "--seed", str(seed), "--output-dir", str(out),
-           "--no-progress"] + (["--max-minutes", str(minutes)] if minutes else [])
+           "--no-progress"] + (["--max-minutes", str(minutes)] if minutes else []) + (
+           ["--task", task] if task else [])
     t0 = time.time()
     subprocess.run(cmd, env=env, cwd=code_dir, check=True)
     summary = json.loads((out / "summary.json").read_text())
@@ -38,11 +43,41 @@ def run(code_dir: Path, seed: int, out: Path, minutes: float | None) -> dict:
     return summary
 
 
+def metrics_of(s: dict) -> list[str]:
+    """The held-out metrics a summary reports, the headline first (``accuracy`` for math)."""
+    return list(s.get("held_out_metrics") or ["accuracy"])
+
+
 def row(label: str, s: dict) -> str:
-    gain = 100 * (s["accuracy_after"] - s["accuracy_before"])
-    return (f"| {label} | {s['seed']} | {100 * s['accuracy_before']:.1f}% | {100 * s['accuracy_after']:.1f}% | "
-            f"{gain:+.1f} | {s['trainer_steps']:,} | {s['updates_per_minute']:.1f} | "
-            f"{s['samples_generated']:,} | {s['staleness_mean']:.1f} / {s['staleness_max']} |")
+    """One table row: before -> after of each held-out metric, then the run's throughput."""
+    cells = []
+    for m in metrics_of(s):
+        before, after = s.get(f"{m}_before"), s.get(f"{m}_after")
+        if before is None or after is None:
+            cells.append("-")
+        elif m in ("accuracy", "win_rate", "attack_success"):  # fractions, shown in percent
+            cells.append(f"{100 * before:.1f}% -> {100 * after:.1f}% ({100 * (after - before):+.1f})")
+        else:
+            cells.append(f"{before:.3g} -> {after:.3g}")
+    return (f"| {label} | {s['seed']} | " + " | ".join(cells) + f" | {s['trainer_steps']:,} | "
+            f"{s['updates_per_minute']:.1f} | {s['samples_generated']:,} | "
+            f"{s['staleness_mean']:.1f} / {s['staleness_max']} |")
+
+
+def spread(results: list[dict], metrics: list[str]) -> list[str]:
+    """Per checkout: each metric's value after training as mean (min to max) over seeds."""
+    lines = []
+    for label in dict.fromkeys(r["label"] for r in results):
+        rs = [r for r in results if r["label"] == label]
+        parts = []
+        for m in metrics:
+            vals = [r[f"{m}_after"] for r in rs if r.get(f"{m}_after") is not None]
+            if vals:
+                parts.append(f"{m} {sum(vals) / len(vals):.4g} ({min(vals):.4g} to {max(vals):.4g})")
+        upm = [r["updates_per_minute"] for r in rs]
+        lines.append(f"- `{label}` after training, mean (min to max) over {len(rs)} seeds: "
+                     + ", ".join(parts) + f"; updates/min {min(upm):.0f} to {max(upm):.0f}")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -51,6 +86,7 @@ def main(argv=None) -> int:
     p.add_argument("--other", type=Path, help="another checkout of tba-lab to run side by side")
     p.add_argument("--out", type=Path, default=Path("runs/default_runs"))
     p.add_argument("--max-minutes", type=float, help="budget (default: the config's 9 minutes)")
+    p.add_argument("--task", help="task name (default: the config's, arithmetic)")
     args = p.parse_args(argv)
     args.out = args.out.resolve()  # the runs' working directory is their checkout
     codes = ([("other", args.other.resolve())] if args.other else []) + [("this", HERE)]
@@ -58,14 +94,17 @@ def main(argv=None) -> int:
     results = []
     for seed in args.seeds:
         for label, code in codes:
-            s = run(code, seed, args.out / f"{label}_seed{seed}", args.max_minutes)
+            s = run(code, seed, args.out / f"{label}_seed{seed}", args.max_minutes, args.task)
             results.append({"label": label, "code": str(code), **s})
             print(row(label, s), flush=True)
-    head = [f"Default `tba-lab train` runs, started {started}, {os.cpu_count()} cores, seeds "
+    metrics = metrics_of(results[0]) if results else ["accuracy"]
+    task = f" --task {args.task}" if args.task else ""
+    head = [f"Default `tba-lab train{task}` runs, started {started}, {os.cpu_count()} cores, seeds "
             f"{args.seeds}" + (f"; `other` = {args.other}" if args.other else ""), "",
-            "| code | seed | accuracy before | accuracy after | gain (points) | trainer updates | "
-            "updates/min | samples | staleness mean / max |", "|---|---|---|---|---|---|---|---|---|"]
-    text = "\n".join(head + [row(r["label"], r) for r in results])
+            "| code | seed | " + " | ".join(f"{m} (before -> after)" for m in metrics)
+            + " | trainer updates | updates/min | samples | staleness mean / max |",
+            "|---|---|" + "---|" * len(metrics) + "---|---|---|---|"]
+    text = "\n".join(head + [row(r["label"], r) for r in results] + [""] + spread(results, metrics))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "default_runs.md").write_text(text + "\n")
     (args.out / "default_runs.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -16,6 +16,8 @@ temperature 0.6, learning rate 5e-5, the task's learned reward):
     (a) sync GRPO         on-policy GRPO, strict alternation of generation and training
     (f) sync online DPO   online DPO (best vs worst response of each group), strict alternation
     (d) async GRPO, (g) async online DPO: the same losses on TBA's asynchronous pipeline
+    (c2), (c3) async TBA with 2 and 3 searchers (``--legs c c2 c3``: the trade-off against
+              searcher count; on 2 cores the searchers share the cores with the trainer)
 
 Legs run seed-major (seed 0: every leg, then seed 1, ...). Held-out metrics (the task's greedy
 completions to the first ``--eval-size`` test problems) are measured before training, every
@@ -52,6 +54,9 @@ LEGS = {
     "f": ("sync online DPO", {"algo": "online_dpo", "async": {"mode": "sync"}}),
     "d": ("async GRPO", {"algo": "grpo", "async": {"mode": "async"}}),
     "g": ("async online DPO", {"algo": "online_dpo", "async": {"mode": "async"}}),
+    # against searcher count (Table 6's trade-off as the pipeline widens): async TBA, 2 and 3 searchers
+    "c2": ("async TBA, 2 searchers", {"algo": "tb", "async": {"mode": "async", "num_searchers": 2}}),
+    "c3": ("async TBA, 3 searchers", {"algo": "tb", "async": {"mode": "async", "num_searchers": 3}}),
 }
 DEFAULT_LEGS = ("c", "a", "f")
 

@@ -141,11 +141,12 @@ class PolicyBatch:
         token_logps, mask = response_logprobs(model, [r.prompt_ids for r in rollouts],
                                               [r.response_ids for r in rollouts], pad_id,
                                               temperature)  # (N, R), (N, R)
-        R = mask.shape[1]
+        R, device = mask.shape[1], token_logps.device  # async.trainer_device: data joins the policy
         return cls(token_logps=token_logps, mask=mask,
-                   rewards=torch.tensor([r.reward for r in rollouts], dtype=torch.float32),
-                   behaviour_token_logps=_pad([r.behaviour_token_logps for r in rollouts], R),
-                   ref_token_logps=(_pad([r.ref_token_logps for r in rollouts], R)
+                   rewards=torch.tensor([r.reward for r in rollouts], dtype=torch.float32,
+                                        device=device),
+                   behaviour_token_logps=_pad([r.behaviour_token_logps for r in rollouts], R).to(device),
+                   ref_token_logps=(_pad([r.ref_token_logps for r in rollouts], R).to(device)
                                     if with_reference else None),
                    group_size=group_size)
 

@@ -89,7 +89,7 @@ def load_checkpoint(output_dir: str | os.PathLike) -> dict:
             f"--resume {output_dir}: no {CHECKPOINT_NAME} there (a run writes one every "
             f"training.save_seconds / training.save_steps and when it stops); give the "
             f"output_dir of a run that trained for a while, or start a new run without --resume")
-    state = torch.load(path, weights_only=True)
+    state = torch.load(path, weights_only=True, map_location="cpu")  # a GPU run resumes on a CPU too
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a tba-lab checkpoint of format {FORMAT}")
     return state

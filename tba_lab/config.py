@@ -86,6 +86,9 @@ class AsyncConfig:
     trainer_threads: int = 0            # torch threads for the trainer (0 = auto, as above)
     searcher_timeout: float = 120.0     # seconds without a message before a searcher counts as hung (0 = never)
     max_restarts: int = 2               # restarts per failed searcher; then it is retired (run stops if none left)
+    stale_batches: int = 3              # consecutive batches begun on old weights after a newer publish before a searcher counts as stalled (0 = never)
+    trainer_device: str = "cpu"         # the trainer's policy and optimizer: "cpu", "cuda" or "cuda:N"
+    searcher_devices: list = field(default_factory=list)  # searcher i runs on entry i % len (several may share a GPU); [] = the trainer's device
 
 
 _REGISTRIES = (ALGORITHMS, TASKS, BACKENDS, LAUNCHERS)
@@ -358,11 +361,31 @@ def check_choice(value, choices, name: str) -> None:
     check(value in choices, f"{name}={value!r}: choose one of {list(choices)}")
 
 
+def searcher_device(cfg, searcher_id: int) -> str:
+    """The device (a string: "cpu" or "cuda:N") searcher ``searcher_id`` is configured for: ``async.searcher_devices[i % len]``,
+    or ``async.trainer_device`` when the list is empty; ``"cuda"`` reads as ``"cuda:0"``."""
+    a = cfg.async_
+    devices = list(a.searcher_devices) or [a.trainer_device]
+    device = devices[searcher_id % len(devices)]
+    return "cuda:0" if device == "cuda" else device
+
+
+def _check_device(value, name: str) -> None:
+    """:class:`ConfigError` unless ``value`` is "cpu", "cuda" or "cuda:N" (whether this machine
+    has that GPU is checked by :func:`tba_lab.preflight.check_devices`, not here)."""
+    import re
+
+    check(isinstance(value, str) and re.fullmatch(r"cpu|cuda(:\d+)?", value) is not None,
+          f"{name}={value!r}: a device is 'cpu', 'cuda' (= cuda:0) or 'cuda:N' (N = the GPU's "
+          f"index among the devices this process sees, as torch numbers them)")
+
+
 def validate(cfg: RunConfig) -> RunConfig:
     """Check every field's range; raise :class:`ConfigError` naming the field and the fix.
 
     Core sections are checked here; each registered section by its own ``validate()``, and the
-    chosen algorithm and task by their ``check_config(cfg)`` (cross-section rules, data paths).
+    chosen algorithm, task, generation backend and launcher by their ``check_config(cfg)``
+    (cross-section rules, data paths, an optional extra that is not installed).
     """
     for registry, value in ((ALGORITHMS, cfg.algo), (TASKS, cfg.task.name),
                             (BACKENDS, cfg.model.backend), (LAUNCHERS, cfg.async_.launcher)):
@@ -408,6 +431,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     check(a.searcher_timeout >= 0, f"async.searcher_timeout={a.searcher_timeout}: give seconds "
                                    f"(> 0), or 0 to never treat a silent searcher as hung")
     check(a.max_restarts >= 0, f"async.max_restarts={a.max_restarts}: must be >= 0")
+    check(a.stale_batches >= 0, f"async.stale_batches={a.stale_batches}: must be >= 0 (0 = never)")
+    _check_device(a.trainer_device, "async.trainer_device")
+    check(isinstance(a.searcher_devices, (list, tuple)),
+          f"async.searcher_devices={a.searcher_devices!r}: give a list of devices, e.g. "
+          f"[cuda:0, cuda:1] or [cpu] ([] = the trainer's device)")
+    for i, device in enumerate(a.searcher_devices):
+        _check_device(device, f"async.searcher_devices[{i}]")
     if a.mode == "sync":
         check(a.sync_period == 1, f"async.sync_period={a.sync_period} with mode=sync: strict "
                                   f"alternation publishes after every update; set sync_period 1")
@@ -416,7 +446,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     for section in cfg.sections.values():
         if hasattr(section, "validate"):
             section.validate()
-    for registry, value in ((ALGORITHMS, cfg.algo), (TASKS, cfg.task.name)):
+    for registry, value in ((ALGORITHMS, cfg.algo), (TASKS, cfg.task.name),
+                            (BACKENDS, cfg.model.backend), (LAUNCHERS, cfg.async_.launcher)):
         cls = registry.get(value)
         if hasattr(cls, "check_config"):
             cls.check_config(cfg)

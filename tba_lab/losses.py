@@ -616,7 +616,7 @@ def dpo_pairs(rewards: torch.Tensor, group_size: int) -> tuple[torch.Tensor, tor
         raise ValueError(f"group_size={group_size}: a preference pair needs K >= 2")
     grouped = rewards.view(b, group_size)
     has_pair = grouped.max(dim=1).values > grouped.min(dim=1).values      # (B,)
-    offset = torch.arange(b) * group_size
+    offset = torch.arange(b, device=rewards.device) * group_size
     chosen = (grouped.argmax(dim=1) + offset)[has_pair]
     rejected = (grouped.argmin(dim=1) + offset)[has_pair]
     return chosen, rejected

@@ -13,6 +13,8 @@ fix, so a bad input never leaves a traceback, a started searcher or a half-writt
   train split holds at least ``training.num_prompts_per_step`` problems and the test split is not
   empty (held-out evaluation runs before and after every training run).
 * ``output_dir``: not an existing file, and creatable (checked without creating anything).
+* ``async.trainer_device`` and ``async.searcher_devices`` (:func:`check_devices`): every
+  ``cuda:N`` exists on this machine, and a CUDA weight channel's memory can be exported.
 
 It is cheap: no model weights are loaded; the tokenizer and the task's problems are.
 """
@@ -316,19 +318,74 @@ def check_output_dir(output_dir: str) -> None:
                           f"choose a folder you can write (--output-dir DIR)")
 
 
+def check_devices(cfg: RunConfig) -> None:
+    """Raise :class:`ConfigError` if a device of ``async.trainer_device`` or
+    ``async.searcher_devices`` does not exist here; imports torch only when a CUDA device is
+    asked for. Searcher devices are checked only for a launcher whose searchers run on this
+    machine (its class attribute ``same_machine``, True when absent; the Ray launcher's is False).
+
+    Raises:
+        ConfigError: a CUDA device on a machine without CUDA (or a CPU-only torch), an index
+            at or above the number of visible GPUs (the message lists the ones there are), or
+            ``expandable_segments:True`` in ``PYTORCH_CUDA_ALLOC_CONF`` when the weights would
+            travel through the CUDA IPC channel (trainer and searchers on GPUs).
+    """
+    from tba_lab.registry import LAUNCHERS
+
+    a = cfg.async_
+    # searchers of a launcher that may place them on other machines (Ray: its placement group
+    # reserves their GPUs, and says so when the cluster has too few) are not checked here
+    here = getattr(LAUNCHERS.get(a.launcher), "same_machine", True)
+    fields = [("async.trainer_device", a.trainer_device)] + [
+        (f"async.searcher_devices[{i}]", d) for i, d in enumerate(a.searcher_devices) if here]
+    asked = [(name, d) for name, d in fields if d.startswith("cuda")]
+    if not asked:
+        return
+    import torch
+
+    available = torch.cuda.is_available()
+    count = torch.cuda.device_count() if available else 0
+    for name, device in asked:
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if count == 0:
+            why = ("this torch is built without CUDA" if torch.version.cuda is None
+                   else "no CUDA GPU is visible (driver, CUDA_VISIBLE_DEVICES)")
+            raise ConfigError(f"{name}={device!r}: {why} (torch {torch.__version__}); fix: set "
+                              f"{name} to 'cpu' (and async.searcher_devices to [] or [cpu]), or "
+                              f"run on a machine with a GPU and a CUDA build of torch")
+        if index >= count:
+            there = ", ".join(f"cuda:{i}" for i in range(count))
+            raise ConfigError(f"{name}={device!r}: this machine has {count} GPU"
+                              f"{'s' * (count != 1)} ({there}); fix: use one of {there}, or "
+                              f"'cpu'")
+    from tba_lab.config import searcher_device
+    from tba_lab.actors.weights import expandable_segments_on
+
+    searchers = {searcher_device(cfg, i) for i in range(a.num_searchers)}
+    if (a.trainer_device.startswith("cuda") and all(d.startswith("cuda") for d in searchers)
+            and expandable_segments_on()):
+        raise ConfigError(
+            f"async.trainer_device={a.trainer_device!r} with searchers on GPUs sends weights "
+            f"through CUDA IPC, which cannot export memory from expandable segments, but "
+            f"PYTORCH_CUDA_ALLOC_CONF asks for expandable_segments:True; fix: unset it (or set "
+            f"expandable_segments:False) for this run")
+
+
 def preflight(cfg: RunConfig, splits: tuple[str, ...] = ("train", "test"),
               output: bool = True) -> dict:
     """Check a run's inputs before any process starts and anything is written.
 
-    In order: :func:`~tba_lab.config.validate` (fields set after construction included),
-    ``output_dir`` (:func:`check_output_dir`, when ``output``), ``model.path`` and its tokenizer
-    (:func:`check_model`), the task's data (:func:`check_task_data`). Loads the tokenizer and the
-    task's problems, no model weights (a fraction of a second for the embedded model and task).
+    In order: :func:`~tba_lab.config.validate` (fields set after construction included), when
+    ``output`` the devices (:func:`check_devices`) and ``output_dir`` (:func:`check_output_dir`),
+    ``model.path`` and its tokenizer (:func:`check_model`), the task's data
+    (:func:`check_task_data`). Loads the tokenizer and the task's problems, no model weights (a
+    fraction of a second for the embedded model and task).
 
     Args:
         cfg: the run's config.
         splits: the task splits to check ("train" and "test" for training; "test" for eval).
-        output: check ``output_dir`` too (False for ``tba-lab eval``, which writes nothing).
+        output: check the devices and ``output_dir`` too (False for ``tba-lab eval``, which
+            writes nothing and runs on the CPU).
 
     Returns:
         ``{"model_path": str, "train_problems": int, "test_problems": int}`` (a split not
@@ -338,12 +395,13 @@ def preflight(cfg: RunConfig, splits: tuple[str, ...] = ("train", "test"),
         ConfigError: the first problem found; the message names the field and the fix.
     """
     validate(cfg)
-    if output:
+    if output:  # a training run (tba-lab eval evaluates on the CPU, whatever the config says)
+        check_devices(cfg)
         check_output_dir(cfg.output_dir)
     check_model(cfg.model.path)
     sizes = check_task_data(cfg, splits)
     return {"model_path": str(cfg.model.path), **{f"{k}_problems": v for k, v in sizes.items()}}
 
 
-__all__ = ["TOKENIZER_FILES", "check_model", "check_output_dir", "check_task_data",
+__all__ = ["TOKENIZER_FILES", "check_devices", "check_model", "check_output_dir", "check_task_data",
            "declared_eos_ids", "model_path_problem", "preflight"]

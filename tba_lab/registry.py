@@ -111,5 +111,7 @@ def _same_class(old: type, new: type) -> bool:
 ALGORITHMS = Registry("algorithm", "algo", ("tba_lab.algorithms",))
 TASKS = Registry("task", "task.name", ("tba_lab.tasks.gsm8k", "tba_lab.tasks.arithmetic",
                                         "tba_lab.tasks.preference", "tba_lab.tasks.redteam"))
-BACKENDS = Registry("generation backend", "model.backend", ("tba_lab.rollout.backend",))
-LAUNCHERS = Registry("launcher", "async.launcher", ("tba_lab.actors.local",))
+BACKENDS = Registry("generation backend", "model.backend", ("tba_lab.rollout.backend",
+                                                            "tba_lab.rollout.vllm_backend"))
+LAUNCHERS = Registry("launcher", "async.launcher", ("tba_lab.actors.local",
+                                                    "tba_lab.actors.ray_launcher"))

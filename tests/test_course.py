@@ -15,7 +15,7 @@ from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce
 
 NOTEBOOKS = ["01_on_policy_grpo", "02_trajectory_balance", "03_replay_buffer",
              "04_async_searchers", "05_scaling", "06_explorer", "07_paper_findings",
-             "08_preference", "09_redteam"]
+             "08_preference", "09_redteam", "10_multi_gpu"]
 PARAMETERS = ("SMOKE", "SEED", "OUTPUT_DIR", "USE_SOLUTIONS")
 
 
@@ -69,7 +69,8 @@ def test_reproduce_reports_a_failing_notebook_and_exits_nonzero(tmp_path):
 
 
 # 07 runs twelve short trainings (four experiments) even in SMOKE mode
-SMOKE_BOUND_SECONDS = {"07_paper_findings.ipynb": 150}
+SMOKE_BOUND_SECONDS = {"07_paper_findings.ipynb": 150, "05_scaling.ipynb": 150,  # 05 and 10 also start a local Ray
+                       "10_multi_gpu.ipynb": 150}
 
 
 def test_reproduce_smoke_runs_every_notebook(tmp_path):

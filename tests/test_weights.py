@@ -128,3 +128,42 @@ def test_mixed_dtypes_rejected(policy):
     half.model.norm.weight.data = half.model.norm.weight.data.half()
     with pytest.raises(ValueError, match="one parameter dtype"):
         SharedWeights(half, mp.get_context("spawn"))
+
+
+@pytest.mark.parametrize("channel", ["SharedWeights", "FlatWeights"])
+def test_both_channels_keep_one_contract(policy, channel):
+    """The CPU channel and the flat (CUDA IPC) channel, here on the CPU, answer publish/pull
+    alike: same names, shapes, dtypes and values, a no-op pull when nothing is new, a private
+    copy that a later publish does not touch."""
+    import tba_lab.actors.weights as weights_module
+
+    weights = getattr(weights_module, channel)(policy, mp.get_context("spawn"))
+    version, first = weights.pull(-1)
+    expected = list(policy.named_parameters())
+    assert version == 0
+    assert [(n, t.shape, t.dtype) for n, t in first] == [(n, p.shape, p.dtype) for n, p in expected]
+    assert all(torch.equal(t, p) for (_, t), (_, p) in zip(first, expected))
+    assert weights.pull(0) == (0, None)
+    kept = [t.clone() for _, t in first]
+    _perturb(policy, seed=5)
+    weights.publish(policy, 7)
+    version, new = weights.pull(0)
+    assert version == 7
+    assert all(torch.equal(t, p) for (_, t), (_, p) in zip(new, policy.named_parameters()))
+    assert all(torch.equal(t, k) for (_, t), k in zip(first, kept))
+    weights.close()
+
+
+def test_cpu_run_keeps_the_cpu_channel(tmp_path):
+    """The default placement changes nothing: CPU shared memory, no CUDA_VISIBLE_DEVICES."""
+    from tba_lab.actors.local import LocalLauncher
+    from tba_lab.config import from_dict
+    from tba_lab.models import load_policy
+
+    cfg = from_dict({"output_dir": str(tmp_path), "async": {"num_searchers": 2}})
+    launcher = LocalLauncher(cfg, load_policy(cfg.model.path)[0], True)
+    try:
+        assert isinstance(launcher.weights, SharedWeights)
+        assert launcher.spec.visible_devices == {}
+    finally:
+        launcher.stop()

@@ -32,8 +32,10 @@ class SearcherFailed:
         traceback: its traceback (``reason == "raised"``) or a one-line account of how it ended
             or stalled.
         reason: ``"raised"`` (an exception in the searcher), ``"exited"`` (the process ended:
-            killed, out of memory, crashed) or ``"hung"`` (no message for
-            ``async.searcher_timeout`` seconds).
+            killed, out of memory, crashed), ``"hung"`` (no message for
+            ``async.searcher_timeout`` seconds) or ``"stale"`` (its weights stopped advancing:
+            ``async.stale_batches`` batches in a row generated with an old version after a
+            newer one was published; reported by the trainer's ``Feed``).
     """
     searcher_id: int
     traceback: str

@@ -2,9 +2,16 @@
 
 :class:`LocalLauncher` (``async.launcher: local``, the default) implements the
 :class:`~tba_lab.actors.launcher.Launcher` protocol the trainer uses: ``start()``,
-``publish()`` through :class:`~tba_lab.actors.weights.SharedWeights`, ``poll()`` for messages,
-``restart()``/``retire()`` of one searcher, ``stop()``. A launcher for Ray actors on other
-machines plugs in behind the same six methods.
+``publish()`` through the weight channel :func:`~tba_lab.actors.weights.make_weight_channel`
+chooses (CPU shared memory, or one CUDA buffer exported once to each searcher when the trainer
+and the searchers are on GPUs), ``poll()`` for messages, ``restart()``/``retire()`` of one
+searcher, ``stop()``. A launcher for Ray actors on other machines plugs in behind the same six
+methods.
+
+Placement (``async.trainer_device``, ``async.searcher_devices``): each searcher process gets
+``CUDA_VISIBLE_DEVICES`` = its own GPU, then the trainer's GPU when it reads the CUDA weight
+buffer from another GPU (:func:`visible_devices_for`), set by the searcher before CUDA starts;
+inside, its GPU is ``cuda:0``. Several searchers may share one GPU.
 
 Processes use the ``spawn`` start method (safe with threads and, later, CUDA); their entry point
 lives in the package (:func:`tba_lab.actors.searcher.searcher_main`), never in a notebook cell.
@@ -25,6 +32,7 @@ the trainer process disappears (they check their parent every batch).
 from __future__ import annotations
 
 import atexit
+import os
 import queue as queue_lib
 import signal
 import threading
@@ -35,7 +43,7 @@ import torch.multiprocessing as mp
 
 from tba_lab.actors.launcher import SearcherFailed
 from tba_lab.actors.searcher import SearcherSpec, searcher_main
-from tba_lab.actors.weights import SharedWeights
+from tba_lab.actors.weights import FlatWeights, make_weight_channel, normal_device
 from tba_lab.registry import LAUNCHERS
 
 
@@ -55,6 +63,41 @@ def _exit_account(exitcode) -> str:
             name = f"signal {-exitcode}"
         return f"the searcher process was killed by {name} (exit code {exitcode})"
     return f"the searcher process exited with code {exitcode} without reporting an error"
+
+
+def visible_devices_for(cfg, cuda_channel: bool, parent_visible: str | None) -> dict[int, str]:
+    """``CUDA_VISIBLE_DEVICES`` for each searcher on a GPU: ``{searcher id: value}``.
+
+    The value lists the searcher's own GPU first (it becomes its ``cuda:0``), then, when
+    ``cuda_channel`` and the trainer is on another GPU, the trainer's GPU (the child opens the
+    weight buffer there, found by UUID). GPUs are named as the trainer process's own
+    ``CUDA_VISIBLE_DEVICES`` (``parent_visible``) names them, entry ``N`` for ``cuda:N``
+    (indices or UUIDs), or by index when it is unset; so no CUDA call is needed here.
+
+    Args:
+        cfg: the run config (``async.trainer_device``, ``async.searcher_devices``).
+        cuda_channel: the weights travel through a CUDA buffer on the trainer's GPU.
+        parent_visible: this process's ``CUDA_VISIBLE_DEVICES`` (None when unset).
+    """
+    from tba_lab.config import searcher_device
+
+    ids = None if parent_visible is None else [x.strip() for x in parent_visible.split(",")]
+
+    def physical(device: str) -> str:
+        n = int(device.split(":")[1])
+        return ids[n] if ids is not None and n < len(ids) else str(n)
+
+    trainer = normal_device(cfg.async_.trainer_device)
+    out = {}
+    for i in range(cfg.async_.num_searchers):
+        device = searcher_device(cfg, i)
+        if not device.startswith("cuda"):
+            continue
+        visible = [physical(device)]
+        if cuda_channel and trainer.startswith("cuda") and trainer != device:
+            visible.append(physical(trainer))
+        out[i] = ",".join(visible)
+    return out
 
 
 def _drain(q, out: list) -> bool:
@@ -84,7 +127,9 @@ class LocalLauncher:
         self.cfg = cfg
         self.spec = SearcherSpec.from_config(cfg, use_reference)
         self.ctx = mp.get_context("spawn")
-        self.weights = SharedWeights(model, self.ctx)
+        self.weights = make_weight_channel(cfg, model, self.ctx)
+        self.spec.visible_devices = visible_devices_for(
+            cfg, isinstance(self.weights, FlatWeights), os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.stop_event = self.ctx.Event()
         self.searchers: dict[int, _Searcher] = {}
         self.starts: dict[int, int] = {}  # processes started per searcher id (seeds restarts)
@@ -177,6 +222,8 @@ class LocalLauncher:
         launcher until the process exits, which kept the shared weights and the event's named
         semaphores in /dev/shm for every run a kernel ever made."""
         atexit.unregister(self.stop)
+        if self.weights is not None:
+            self.weights.close()  # the CUDA buffer: released, then torch.cuda.ipc_collect()
         self.weights = None
         stopped = threading.Event()  # later calls see a stopped launcher
         stopped.set()

@@ -2,8 +2,8 @@
 
 A searcher holds a possibly stale copy of the policy (inside its generation backend) and the
 frozen reference policy. Each iteration it
-  1. pulls new weights if the trainer published since the last iteration
-     (:class:`~tba_lab.actors.weights.SharedWeights`) and hands them to ``backend.load_weights``,
+  1. pulls new weights if the trainer published since the last iteration (the weight channel
+     of :mod:`tba_lab.actors.weights`) and hands them to ``backend.load_weights``,
   2. takes the next ``num_prompts_per_step`` problems of the task's train split (a seeded pass,
      reshuffled each epoch, so it never runs out of prompts),
   3. calls :func:`tba_lab.rollout.rollout`: K = ``num_generations`` responses per prompt with
@@ -18,18 +18,33 @@ The loop ends when ``stop`` is set or the parent process dies; SIGINT is ignored
 the trainer process owns shutdown (a terminal's Ctrl-C reaches every process in the group).
 An exception is reported as :class:`~tba_lab.actors.launcher.SearcherFailed` and the process
 exits with code 1; the trainer's failure policy restarts or retires it.
+
+Weights change only at step 1, between generation batches, never inside one: every row of a
+:class:`~tba_lab.rollout.RolloutBatch` comes from the weights of the version it is tagged with
+(tests/test_placement.py checks that no pull happens while a batch is generated).
+
+Placement: searcher i runs on ``async.searcher_devices[i % len]`` (:func:`searcher_device`; an
+empty list means the trainer's device). A launcher that spawns the process on this machine
+puts ``CUDA_VISIBLE_DEVICES`` for it in ``SearcherSpec.visible_devices`` (its own GPU first,
+then the trainer's GPU whose weight buffer it reads, by UUID); :func:`_loop` sets it before
+anything initialises CUDA, and the searcher then works on ``cuda:0``. Without an entry (a Ray
+actor, whose GPUs Ray assigns) the configured device is used as given. The models, the prompt
+batches and the reference pass live on that device; the messages carry plain lists (CPU).
 """
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue as queue_lib
 import random
 import signal
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
+
+from tba_lab.config import searcher_device  # noqa: F401  (the placement rule; re-exported here)
 
 
 @dataclass
@@ -45,6 +60,7 @@ class SearcherSpec:
     task_cls: type              # tba_lab.registry.TASKS entry of cfg.task.name
     backend_cls: type           # tba_lab.registry.BACKENDS entry of cfg.model.backend
     use_reference: bool         # compute reference log-probs (the algorithm reads them)
+    visible_devices: dict = field(default_factory=dict)  # searcher id -> CUDA_VISIBLE_DEVICES value (set by a local launcher)
 
     @classmethod
     def from_config(cls, cfg, use_reference: bool) -> "SearcherSpec":
@@ -66,6 +82,25 @@ class SearcherSpec:
                 if getattr(c, "config_class", None) is not None}
         searcher_cfg = replace(cfg, sections={k: v for k, v in cfg.sections.items() if k in keep})
         return cls(searcher_cfg, task_cls, backend_cls, use_reference)
+
+
+def narrow_visible_devices(spec: "SearcherSpec", searcher_id: int) -> str:
+    """Set ``CUDA_VISIBLE_DEVICES`` for this searcher process (from ``spec.visible_devices``) and
+    return the device it then works on: ``"cuda:0"`` when narrowed, else
+    :func:`searcher_device` as configured.
+
+    Raises:
+        RuntimeError: CUDA was initialised in this process before (the setting would be ignored).
+    """
+    visible = spec.visible_devices.get(searcher_id)
+    device = searcher_device(spec.cfg, searcher_id)
+    if visible is None or not device.startswith("cuda"):
+        return device
+    if torch.cuda.is_initialized():
+        raise RuntimeError("CUDA was initialised in this searcher process before its visible "
+                           "devices were set; nothing may touch CUDA before searcher_main runs")
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    return "cuda:0"
 
 
 def _check_importable(c: type) -> None:
@@ -111,7 +146,8 @@ def searcher_main(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop
     Args:
         searcher_id: index of this searcher (0-based).
         spec: the :class:`SearcherSpec` (config, task and backend classes).
-        weights: the trainer's :class:`~tba_lab.actors.weights.SharedWeights`.
+        weights: the trainer's weight channel (:mod:`tba_lab.actors.weights`): anything with
+            ``pull(have_version) -> (version, [(name, tensor)] or None)``.
         out_queue: ``multiprocessing`` queue of :class:`~tba_lab.rollout.RolloutBatch` and
             :class:`~tba_lab.actors.launcher.SearcherFailed` messages.
         stop: ``multiprocessing`` Event; set by the trainer to end the loop.
@@ -145,14 +181,15 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
     from tba_lab.models import load_policy
     from tba_lab.rollout import rollout
 
+    device = narrow_visible_devices(spec, searcher_id)  # first: before anything touches CUDA
     cfg = spec.cfg
     sync = cfg.async_.mode == "sync"
     threads = cfg.async_.searcher_threads or (1 if not sync else max(1, torch.get_num_threads()))
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     policy, tokenizer = load_policy(cfg.model.path)
-    policy.eval()
-    reference = load_policy(cfg.model.path)[0].eval() if spec.use_reference else None
+    policy.to(device).eval()
+    reference = load_policy(cfg.model.path)[0].to(device).eval() if spec.use_reference else None
     backend = spec.backend_cls.build(cfg, policy, tokenizer)
     task = spec.task_cls(cfg)
     problems = task.load("train")
@@ -164,7 +201,7 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
     B, K = cfg.training.num_prompts_per_step, cfg.training.num_generations
     version, last_generated = -1, -1
     while not stop.is_set() and (parent is None or parent.is_alive()):
-        version, new_weights = weights.pull(version)
+        version, new_weights = weights.pull(version)  # only here, between batches
         if new_weights is not None:
             backend.load_weights(new_weights)
         if sync and version == last_generated:  # strict alternation: one batch per version

@@ -575,8 +575,9 @@ def plan_placement(num_searchers: int, num_gpus: int | None = None, verbose: boo
     Returns:
         {"trainer": device, "searcher 0": device, ...}; devices are "cuda:i" or "cpu".
 
-    Note: this is a plan. The kit's :class:`~tba_lab.actors.local.LocalLauncher` runs every
-    actor as a CPU process today; it does not read this plan yet.
+    Note: this is a plan; a run places its actors with ``async.trainer_device`` and
+    ``async.searcher_devices`` (the same layout: ``{"trainer_device": "cuda:0",
+    "searcher_devices": ["cuda:1", ...]}``).
     """
     if num_gpus is None:
         try:
@@ -589,7 +590,7 @@ def plan_placement(num_searchers: int, num_gpus: int | None = None, verbose: boo
     if num_gpus <= 0:
         plan["trainer"] = "cpu"
         plan.update({f"searcher {i}": "cpu" for i in range(num_searchers)})
-        note = ("no CUDA GPU here: every actor is a CPU process (LocalLauncher's only mode today); "
+        note = ("no CUDA GPU here: every actor is a CPU process; "
                 "they share the machine's cores, so more searchers than spare cores slow everyone")
     elif num_gpus == 1:
         plan["trainer"] = "cuda:0"
@@ -599,7 +600,7 @@ def plan_placement(num_searchers: int, num_gpus: int | None = None, verbose: boo
         plan["trainer"] = "cuda:0"
         plan.update({f"searcher {i}": f"cuda:{1 + i % (num_gpus - 1)}" for i in range(num_searchers)})
         note = (f"{num_gpus} GPUs: trainer alone on cuda:0, searchers over cuda:1..{num_gpus - 1}"
-                " (planned; LocalLauncher is CPU-only today)")
+                " (async.trainer_device: cuda:0, async.searcher_devices: the others)")
     if verbose:
         for actor, device in plan.items():
             print(f"  {actor:<12} -> {device}")

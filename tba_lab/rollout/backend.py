@@ -12,6 +12,8 @@ declares (:func:`eos_token_ids`: a chat model's end-of-turn token ends a respons
 does). The EOS is kept, so a tokenizer whose pad token equals its EOS token still has its
 terminating EOS inside the response mask. A response that hit ``max_new_tokens`` has no EOS.
 
+Devices: prompts go to the model's device; responses and log-probs come back as Python lists.
+
 Sampling is plain softmax(logits / temperature) over the full vocabulary, the distribution the
 trainer's loss and :func:`~tba_lab.rollout.scoring.response_logprobs` assume: nothing a
 checkpoint's ``generation_config.json`` asks for (repetition penalty, banned words, top-k, ...)
@@ -27,7 +29,7 @@ from typing import Iterable, Protocol
 import torch
 
 from tba_lab.registry import BACKENDS
-from tba_lab.rollout.scoring import cache_kwarg, left_pad
+from tba_lab.rollout.scoring import cache_kwarg, left_pad, model_device
 
 
 @dataclass
@@ -236,12 +238,13 @@ class TransformersBackend:
         Raises:
             ValueError: empty ``prompts`` or an empty prompt.
         """
-        ids, mask = left_pad(prompts, self.pad_id)
+        device = model_device(self.model)
+        ids, mask = (x.to(device) for x in left_pad(prompts, self.pad_id))  # (N, P) on the model's device
         greedy, rows_per_prompt, extra = temperature == 0, num_generations, {}
         if num_generations > 1 and ids.shape[1] > 1 and self.share_prompts:
             # Shared prefill: the prompt (all but its last token) runs once per prompt, not K
             # times; its cache is copied to the K rows, and generate() continues from it.
-            rows = torch.arange(len(prompts)).repeat_interleave(num_generations)
+            rows = torch.arange(len(prompts), device=device).repeat_interleave(num_generations)
             kw = cache_kwarg(self.model)
             pre = self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1],
                              position_ids=(mask[:, :-1].cumsum(-1) - 1).clamp(min=0),
@@ -255,9 +258,9 @@ class TransformersBackend:
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                                       **extra)
         new = out.sequences[:, ids.shape[1]:]  # (N*K, S) with S <= max_new_tokens, prompt-major
-        responses = [cut_at_eos(row, self.eos_ids) for row in new.tolist()]
+        responses = [cut_at_eos(row, self.eos_ids) for row in new.cpu().tolist()]
         if greedy:
             return Generations(responses, [[] for _ in responses])
         logits = torch.stack(out.logits, dim=1).float() / temperature  # (N*K, S, V) raw logits
         logps = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)  # (N*K, S)
-        return Generations(responses, [row[:len(r)] for row, r in zip(logps.tolist(), responses)])
+        return Generations(responses, [row[:len(r)] for row, r in zip(logps.cpu().tolist(), responses)])

@@ -149,6 +149,7 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
             ref, _ = response_logprobs(reference, [prompt_ids[rows[j]] for j in keep],
                                        [responses[j] for j in keep], tokenizer.pad_token_id,
                                        temperature)  # (len(keep), R), rows as in keep
+        ref = ref.cpu()  # the message carries lists; one transfer, not one per row
     now = time.time()
     rollouts = [Rollout(prompt_id=ids[rows[j]], prompt_ids=prompt_ids[rows[j]],
                         response_ids=responses[j], reward=rewards[j],

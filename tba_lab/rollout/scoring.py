@@ -5,6 +5,10 @@ Position ids come from the attention mask (as ``generate`` computes them), so pa
 unpadded sequences get the same log-probs. Logits are divided by the sampling temperature
 before ``log_softmax`` (docs/design.md sec. 1), for the policy and the reference alike, so log-probs
 match the distribution the behaviour policy sampled from.
+
+Devices: token ids are built on the CPU and moved to the model's device (:func:`model_device`);
+the log-probs come back on that device (the trainer backpropagates through them), and callers
+that put them into messages move them to the CPU.
 """
 from __future__ import annotations
 
@@ -59,6 +63,15 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int):
     return input_ids, attention_mask, r_mask, p_ids.shape[1]
 
 
+def model_device(model) -> torch.device:
+    """The device of ``model``'s parameters (``model.device`` for a transformers model; the CPU
+    for a module without parameters)."""
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
+
+
 def cache_kwarg(model) -> str:
     """Name of the key/value-cache argument and output field of ``model.forward``: newer
     transformers call it ``cache``, older ones ``past_key_values``."""
@@ -96,7 +109,7 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
 
     Returns:
         token_logps (N, R) float32 (0 where masked) and response_mask (N, R) bool,
-        R = the longest response.
+        R = the longest response, both on the model's device.
 
     Raises:
         ValueError: as :func:`collate`, or temperature <= 0.
@@ -104,7 +117,9 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
     keys = [tuple(p) for p in prompts]
     unique = list(dict.fromkeys(keys))
     if not share_prompts or len(unique) == len(keys):
-        input_ids, attention_mask, r_mask, P = collate(prompts, responses, pad_id)
+        device = model_device(model)
+        input_ids, attention_mask, r_mask, P = (x.to(device) if torch.is_tensor(x) else x
+                                                for x in collate(prompts, responses, pad_id))
         R = r_mask.shape[1]
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -114,9 +129,10 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
 
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} responses")
+    device = model_device(model)
     where = {k: i for i, k in enumerate(unique)}
-    rows = torch.tensor([where[k] for k in keys], dtype=torch.long)      # (N,) row -> prompt
-    p_ids, p_mask = left_pad([list(k) for k in unique], pad_id)           # (U, P)
+    rows = torch.tensor([where[k] for k in keys], dtype=torch.long, device=device)  # (N,) row -> prompt
+    p_ids, p_mask = (x.to(device) for x in left_pad([list(k) for k in unique], pad_id))  # (U, P)
     out = model(input_ids=p_ids, attention_mask=p_mask,
                 position_ids=(p_mask.cumsum(-1) - 1).clamp(min=0), use_cache=True, logits_to_keep=1)
     cache_kw = cache_kwarg(model)  # "cache" (transformers >= 5.2x) or "past_key_values"
@@ -124,9 +140,10 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
     cache.reorder_cache(rows)                                            # (U, ...) -> (N, ...)
     first = out.logits[:, -1][rows]                                      # (N, V): predicts token 0
     ids, _, r_mask, _ = collate([[pad_id]] * len(responses), responses, pad_id)  # 1-token stand-in prompts
+    ids, r_mask = ids.to(device), r_mask.to(device)
     r_ids, R = ids[:, 1:], r_mask.shape[1]                               # (N, R) responses, padded
     pm = p_mask[rows]                                                    # (N, P)
-    position_ids = pm.sum(-1, keepdim=True) + torch.arange(R)            # continue after the prompt
+    position_ids = pm.sum(-1, keepdim=True) + torch.arange(R, device=device)  # continue after the prompt
     logits = first.unsqueeze(1)
     if R > 1:
         rest = model(input_ids=r_ids[:, :-1], attention_mask=torch.cat([pm, r_mask[:, :-1].long()], 1),

@@ -50,7 +50,7 @@ class Exercise:
     notes: str = field(default="")
 
 
-_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
+_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10")
 
 
 def _load() -> dict[str, Exercise]:

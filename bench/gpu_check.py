@@ -1,0 +1,426 @@
+"""The prepared GPU check: the CUDA weight channel, sync latency, log-prob agreement and a short
+asynchronous TBA run with the trainer and searchers on one GPU. Run it through
+``bench/gpu_check.sh [OUT_DIR]`` (at most 5 minutes; needs only torch and transformers).
+
+Parts (each in its own try/except, so one failure still leaves the others' results):
+
+a. ``ipc_round_trip``: the trainer's embedded policy goes through
+   :class:`tba_lab.actors.weights.FlatWeights` to two spawned searcher-like children (each
+   narrows ``CUDA_VISIBLE_DEVICES`` to the trainer GPU's UUID first, as searchers do). 100
+   versions with new random values; both children check every value exactly; GPU memory
+   (``torch.cuda.memory_allocated`` in both processes, ``mem_get_info`` for the device) is
+   compared between the first and the last sync.
+b. ``sync_latency``: a Qwen2-0.5B-shaped model (random weights, bf16, built offline from
+   ``Qwen2Config``) published by the parent and pulled by a child, 50 timed syncs: median and
+   p90 of publish, pull and their sum (goal: under 2 ms). Also, in-process on the CPU, the
+   embedded model through ``SharedWeights`` and ``FlatWeights``.
+c. ``logprob_agreement``: the trainer's policy, changed a little, is published; a child pulls
+   it into its ``TransformersBackend`` and samples; the trainer scores the same responses with
+   ``response_logprobs``. Max absolute difference of per-token log-probs (float32 model).
+d. ``async_run``: ``tba_lab.trainer.train`` for 2 minutes with 3 searchers, trainer and
+   searchers on the GPU (``async.trainer_device: cuda:0``, ``searcher_devices: [cuda:0]``):
+   updates/min, samples/min, staleness, and the trainer busy fraction = update time / (update
+   + wait time) from ``metrics.jsonl`` (updates after the first; the first waits for the
+   initial fill), goal >= 0.9.
+
+Without CUDA (or with ``--cpu-dry-run`` / ``GPU_CHECK_CPU_DRY_RUN=1``) the same code runs on
+the CPU with a small Qwen2 shape, 2 searchers and a run of 6 updates of small batches (B = K = 4,
+24 new tokens; at most 90 seconds), in about a minute on a 2-core machine, and
+writes the same keys with ``"device": "cpu"``. Outputs: ``gpu_check.json`` and
+``gpu_check.md`` in the output folder (rewritten after every part).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+QWEN_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                tie_word_embeddings=True)
+QWEN_DRY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True)
+
+
+def fill(model: torch.nn.Module, seed: int) -> None:
+    """New values for every parameter, drawn on the CPU from ``seed`` (reproducible anywhere)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g).to(p.dtype))
+
+
+def expected(named, seed: int) -> list[torch.Tensor]:
+    """What :func:`fill` with ``seed`` puts into parameters of these names, shapes and dtypes."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(t.shape, generator=g).to(t.dtype) for _, t in named]
+
+
+def _mem() -> int | None:
+    return torch.cuda.memory_allocated() if torch.cuda.is_initialized() else None
+
+
+# ----------------------------------------------------------------------------- the child
+def child(rank: int, channels: dict, visible: str | None, model_path: str, commands, results):
+    """A searcher-like process: sets its visible devices first (before any CUDA call), then
+    answers the parent's commands until ``("stop",)``."""
+    if visible is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    torch.set_num_threads(1)
+    device = "cuda:0" if visible is not None else "cpu"
+    have = {name: -1 for name in channels}
+    backend = None
+    while True:
+        cmd = commands.get(timeout=300)
+        try:
+            if cmd[0] == "stop":
+                break
+            if cmd[0] == "check":  # pull version cmd[2] of channel cmd[1]; compare with fill(seed)
+                _, name, version, seed = cmd
+                have[name], new = channels[name].pull(have[name])
+                exact = new is not None and all(
+                    torch.equal(t.cpu(), e) for (_, t), e in zip(new, expected(new, seed)))
+                results.put(("check", rank, have[name], exact, _mem(),
+                             str(new[0][1].device) if new else None))
+            elif cmd[0] == "timed_pull":
+                _, name = cmd
+                t0 = time.perf_counter()
+                have[name], new = channels[name].pull(have[name])
+                results.put(("timed_pull", rank, have[name], time.perf_counter() - t0))
+                del new
+            elif cmd[0] == "sample":  # pull the policy into a backend, sample K per prompt
+                _, prompts, k, temperature, max_new = cmd
+                from tba_lab.models import load_policy
+                from tba_lab.rollout.backend import TransformersBackend
+
+                if backend is None:
+                    policy, tokenizer = load_policy(model_path)
+                    backend = TransformersBackend(policy.to(device).eval(), tokenizer)
+                have["tiny"], new = channels["tiny"].pull(have["tiny"])
+                if new is not None:
+                    backend.load_weights(new)
+                torch.manual_seed(rank)
+                gen = backend.generate(prompts, k, temperature=temperature, max_new_tokens=max_new)
+                results.put(("sample", rank, have["tiny"], gen.responses, gen.token_logps))
+        except Exception:
+            results.put(("error", rank, traceback.format_exc()))
+    for ch in channels.values():
+        ch.close()
+
+
+class Children:
+    """Two spawned children holding the channels (exported once, at spawn)."""
+
+    def __init__(self, channels: dict, visible: str | None, model_path: str, n: int = 2):
+        ctx = mp.get_context("spawn")
+        self.commands = [ctx.Queue() for _ in range(n)]
+        self.results = ctx.Queue()
+        self.procs = [ctx.Process(target=child, daemon=True,
+                                  args=(i, channels, visible, model_path, self.commands[i],
+                                        self.results)) for i in range(n)]
+        for p in self.procs:
+            p.start()
+
+    def ask(self, cmd, ranks, timeout: float) -> list:
+        for r in ranks:
+            self.commands[r].put(cmd)
+        out = [self.results.get(timeout=timeout) for _ in ranks]
+        errors = [o[2] for o in out if o[0] == "error"]
+        if errors:
+            raise RuntimeError("a child failed:\n" + errors[0])
+        return sorted(out, key=lambda o: o[1])
+
+    def stop(self) -> None:
+        for q in self.commands:
+            q.put(("stop",))
+        for p in self.procs:
+            p.join(timeout=20)
+            if p.is_alive():
+                p.kill()
+
+
+def _stats(seconds: list[float]) -> dict:
+    ms = sorted(1e3 * s for s in seconds)
+    return {"median": round(statistics.median(ms), 4),
+            "p90": round(ms[min(len(ms) - 1, int(0.9 * len(ms)))], 4),
+            "min": round(ms[0], 4), "n": len(ms)}
+
+
+# ----------------------------------------------------------------------------- the parts
+def part_round_trip(ctx: dict, syncs: int = 100) -> dict:
+    tiny, kids, device = ctx["tiny"], ctx["children"], ctx["device"]
+    policy = ctx["policy"]
+    t = ctx["timeout"]
+    cuda = device.startswith("cuda")
+    mem_before = _mem()
+    free_before = torch.cuda.mem_get_info()[0] if cuda else None
+    exact, agree, child_mem, devices = True, True, [], set()
+    for v in range(1, syncs + 1):
+        fill(policy, v)
+        tiny.publish(policy, v)
+        got = kids.ask(("check", "tiny", v, v), [0, 1], t)
+        exact &= all(g[2] == v and g[3] for g in got)
+        agree &= got[0][2:4] == got[1][2:4]
+        child_mem.append(got[0][4])
+        devices.add(got[0][5])
+        if v == 1:
+            mem_before, free_before = _mem(), (torch.cuda.mem_get_info()[0] if cuda else None)
+    mem_after = _mem()
+    free_after = torch.cuda.mem_get_info()[0] if cuda else None
+    memory = {"parent_allocated_after_sync_1": mem_before, "parent_allocated_after_last": mem_after,
+              "child_allocated_after_sync_1": child_mem[0], "child_allocated_after_last": child_mem[-1],
+              "device_free_after_sync_1": free_before, "device_free_after_last": free_after}
+    flat = (mem_before == mem_after and child_mem[0] == child_mem[-1]
+            and (not cuda or abs(free_before - free_after) <= 2 ** 21))
+    return {"ok": exact and agree and flat, "syncs": syncs, "exact": exact,
+            "two_pullers_agree": agree, "memory_flat": flat, "memory_bytes": memory,
+            "child_devices": sorted(d for d in devices if d), "bytes": tiny.layout.nbytes,
+            "parameters": len(tiny.layout.entries)}
+
+
+def part_latency(ctx: dict, syncs: int = 50, warmup: int = 5) -> dict:
+    from tba_lab.actors.weights import FlatWeights, SharedWeights
+
+    big, model, kids, t = ctx["big"], ctx["big_model"], ctx["children"], ctx["timeout"]
+    publish, pull, total = [], [], []
+    for v in range(1, warmup + syncs + 1):
+        t0 = time.perf_counter()
+        big.publish(model, v)
+        p = time.perf_counter() - t0
+        [(_, _, version, q)] = kids.ask(("timed_pull", "big"), [0], t)
+        assert version == v, (version, v)
+        if v > warmup:
+            publish.append(p)
+            pull.append(q)
+            total.append(p + q)
+    n_params = sum(p.numel() for p in model.parameters())
+    # the embedded model in this process on the CPU: the default channel and the flat one
+    cpu = {}
+    policy = ctx["cpu_policy"]
+    for cls in (SharedWeights, FlatWeights):
+        ch = cls(policy, mp.get_context("spawn"))
+        times = []
+        for v in range(1, 31):
+            t0 = time.perf_counter()
+            ch.publish(policy, v)
+            ch.pull(v - 1)
+            times.append(time.perf_counter() - t0)
+        cpu[cls.__name__] = _stats(times[5:])
+        ch.close()
+    res = {"model": ctx["big_name"], "parameters": n_params, "dtype": str(ctx["big_dtype"]),
+           "bytes": big.layout.nbytes, "publish_ms": _stats(publish), "pull_ms": _stats(pull),
+           "publish_pull_ms": _stats(total),
+           "goal_ms": 2.0, "embedded_model_on_cpu_publish_pull_ms": cpu}
+    res["meets_goal"] = res["publish_pull_ms"]["median"] < 2.0
+    res["ok"] = True
+    return res
+
+
+def part_logprobs(ctx: dict) -> dict:
+    from tba_lab.rollout.scoring import response_logprobs
+    from tba_lab.tasks.arithmetic import ArithmeticTask
+
+    tiny, kids, policy, tok = ctx["tiny"], ctx["children"], ctx["policy"], ctx["tokenizer"]
+    with torch.no_grad():  # the real weights, one "update" away from the checkpoint
+        policy.load_state_dict(ctx["state"])
+        g = torch.Generator().manual_seed(7)
+        for p in policy.parameters():
+            p.add_((0.01 * torch.randn(p.shape, generator=g)).to(p.device, p.dtype))
+    tiny.publish(policy, 1000)
+    task = ArithmeticTask()
+    problems = task.load("train")[:8]
+    prompts = tok([task.format_prompt(p) for p in problems])["input_ids"]
+    k, temperature = 4, 0.6
+    [(_, _, version, responses, behaviour)] = kids.ask(
+        ("sample", prompts, k, temperature, 40), [0], ctx["timeout"])
+    rows = [prompts[j // k] for j in range(len(responses))]
+    keep = [j for j, r in enumerate(responses) if r]
+    with torch.no_grad():
+        logps, mask = response_logprobs(policy, [rows[j] for j in keep],
+                                        [responses[j] for j in keep], tok.pad_token_id, temperature)
+    logps = logps.cpu()
+    diffs = [abs(logps[n, i].item() - behaviour[j][i])
+             for n, j in enumerate(keep) for i in range(len(responses[j]))]
+    max_diff = max(diffs)
+    return {"ok": version == 1000 and max_diff < 1e-3, "version_pulled": version,
+            "tokens": len(diffs), "responses": len(keep), "dtype": str(policy.dtype),
+            "temperature": temperature, "max_abs_diff": max_diff,
+            "mean_abs_diff": sum(diffs) / len(diffs)}
+
+
+def part_async_run(out: Path, device: str, seconds: float, searchers: int, dry: bool) -> dict:
+    from tba_lab.config import short_run
+    from tba_lab.runlog import read_jsonl_rows
+    from tba_lab.trainer import train
+
+    run_dir = out / "async_run"
+    # dry run: bounded by updates, not seconds (searchers start slowly on a busy machine), with
+    # the seconds as a ceiling
+    small = {"training": {"num_prompts_per_step": 4, "num_generations": 4, "max_steps": 6},
+             "model": {"max_new_tokens": 24}} if dry else {}
+    cfg = short_run(run_dir, seconds, eval_size=20 if dry else 100, interim_eval_size=10,
+                    eval_every_seconds=0, overrides={
+                        **small,
+                        "async": {"num_searchers": searchers, "trainer_device": device,
+                                  "searcher_devices": [device], "sync_period": 1}})
+    summary = train(cfg, progress=False)
+    rows = read_jsonl_rows(run_dir / "metrics.jsonl")
+    later = rows[1:] or rows
+    update = sum(r["update_seconds"] for r in later)
+    wait = sum(r["wait_seconds"] for r in later)
+    wall = summary["wall_seconds"]
+    busy = update / (update + wait) if update + wait > 0 else None
+    return {"ok": summary["trainer_steps"] > 0 and not summary["searcher_failures"],
+            "seconds": wall, "searchers": searchers, "trainer_device": device,
+            "updates": summary["trainer_steps"], "updates_per_minute": summary["updates_per_minute"],
+            "samples_per_minute": round(60 * summary["samples_generated"] / max(wall, 1e-9), 1),
+            "trainer_busy_fraction": None if busy is None else round(busy, 4),
+            "busy_goal": 0.9, "staleness_mean": summary["staleness_mean"],
+            "staleness_max": summary["staleness_max"],
+            "accuracy_before": summary.get("accuracy_before"),
+            "accuracy_after": summary.get("accuracy_after"),
+            "searcher_failures": summary["searcher_failures"], "run_dir": str(run_dir)}
+
+
+# ------------------------------------------------------------------------------ reporting
+def write_report(out: Path, report: dict) -> None:
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    lines = [f"# GPU check ({'CPU dry run' if report['dry_run'] else report.get('gpu', 'GPU')})",
+             "", f"torch {report['torch']}, transformers {report['transformers']}, device "
+             f"{report['device']}, {report.get('total_seconds', '?')} s in all.", "",
+             "| part | ok | result |", "|---|---|---|"]
+    a = report.get("ipc_round_trip", {})
+    if "syncs" in a:
+        lines.append(f"| a. IPC round trip | {a['ok']} | {a['syncs']} syncs, exact: {a['exact']}, "
+                     f"two pullers agree: {a['two_pullers_agree']}, memory flat: "
+                     f"{a['memory_flat']} |")
+    b = report.get("sync_latency", {})
+    if "publish_pull_ms" in b:
+        cpu = b["embedded_model_on_cpu_publish_pull_ms"]
+        lines.append(f"| b. sync latency | {b['ok']} | {b['model']} ({b['parameters'] / 1e6:.1f}M "
+                     f"params, {b['dtype']}): publish+pull median "
+                     f"{b['publish_pull_ms']['median']:.3f} ms, p90 {b['publish_pull_ms']['p90']:.3f}"
+                     f" ms (publish {b['publish_ms']['median']:.3f}, pull "
+                     f"{b['pull_ms']['median']:.3f}; goal < 2 ms: {b['meets_goal']}); embedded "
+                     f"model on CPU: SharedWeights {cpu['SharedWeights']['median']:.3f} ms, "
+                     f"FlatWeights {cpu['FlatWeights']['median']:.3f} ms |")
+    c = report.get("logprob_agreement", {})
+    if "max_abs_diff" in c:
+        lines.append(f"| c. log-prob agreement | {c['ok']} | {c['tokens']} tokens, {c['dtype']}: "
+                     f"max abs diff {c['max_abs_diff']:.2e}, mean {c['mean_abs_diff']:.2e} |")
+    d = report.get("async_run", {})
+    if "updates_per_minute" in d:
+        lines.append(f"| d. async run | {d['ok']} | {d['searchers']} searchers, {d['seconds']} s: "
+                     f"{d['updates_per_minute']} updates/min, {d['samples_per_minute']} samples/min,"
+                     f" trainer busy {d['trainer_busy_fraction']} (goal >= 0.9), staleness mean "
+                     f"{d['staleness_mean']} max {d['staleness_max']}, accuracy "
+                     f"{d['accuracy_before']} -> {d['accuracy_after']} |")
+    for name in ("ipc_round_trip", "sync_latency", "logprob_agreement", "async_run"):
+        part = report.get(name, {})
+        if part.get("error"):
+            lines += ["", f"{name} failed:", "```", part["error"][-2000:], "```"]
+    (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "runs/gpu_check"))
+    ap.add_argument("--cpu-dry-run", action="store_true")
+    ap.add_argument("--budget", type=float, default=285.0, help="seconds for everything")
+    ap.add_argument("--run-seconds", type=float, default=None)
+    args = ap.parse_args(argv)
+    t_start = time.time()
+    dry = (args.cpu_dry_run or os.environ.get("GPU_CHECK_CPU_DRY_RUN") == "1"
+           or not torch.cuda.is_available())
+    device = "cpu" if dry else "cuda:0"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import transformers
+
+    report = {"device": device, "dry_run": dry, "torch": torch.__version__,
+              "transformers": transformers.__version__, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if not dry:
+        props = torch.cuda.get_device_properties(0)
+        report.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2 ** 30, 1),
+                      cuda=torch.version.cuda)
+    torch.set_num_threads(1 if dry else min(8, os.cpu_count() or 1))
+    ctx: dict = {"device": device, "timeout": 120.0}
+    kids = None
+
+    def run(name, fn, *a):
+        t0 = time.time()
+        try:
+            report[name] = fn(*a)
+        except Exception:
+            report[name] = {"ok": False, "error": traceback.format_exc()}
+        report[name]["seconds_taken"] = round(time.time() - t0, 1)
+        write_report(out, report)
+
+    try:
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        from tba_lab.actors.weights import FlatWeights, device_uuid
+        from tba_lab.models import DEFAULT_MODEL_DIR, load_policy
+
+        policy, tokenizer = load_policy(DEFAULT_MODEL_DIR)
+        ctx["cpu_policy"] = load_policy(DEFAULT_MODEL_DIR)[0]
+        ctx["state"] = {k: v.clone() for k, v in policy.state_dict().items()}
+        policy.to(device).eval()
+        ctx.update(policy=policy, tokenizer=tokenizer)
+        shape = QWEN_DRY if dry else QWEN_05B
+        dtype = torch.bfloat16
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            with torch.device(device):
+                big = Qwen2ForCausalLM(Qwen2Config(**shape)).eval()
+        finally:
+            torch.set_default_dtype(old)
+        ctx.update(big_model=big, big_dtype=dtype,
+                   big_name="qwen2-0.5b-shaped" if not dry else "qwen2-tiny-shaped (dry run)")
+        mpctx = mp.get_context("spawn")
+        ctx["tiny"] = FlatWeights(policy, mpctx, device=device)
+        ctx["big"] = FlatWeights(big, mpctx, device=device)
+        # as LocalLauncher does (tba_lab.actors.local.visible_devices_for): the trainer's own
+        # name for its GPU; the child then finds the weight buffer by UUID
+        visible = None if dry else os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+        report["child_visible_devices"] = visible
+        if not dry:
+            report["gpu_uuid"] = device_uuid(0)
+        kids = Children({"tiny": ctx["tiny"], "big": ctx["big"]}, visible, str(DEFAULT_MODEL_DIR))
+        ctx["children"] = kids
+        report["setup_seconds"] = round(time.time() - t_start, 1)
+    except Exception:
+        report["setup_error"] = traceback.format_exc()
+    if "setup_error" not in report:
+        run("ipc_round_trip", part_round_trip, ctx)
+        run("sync_latency", part_latency, ctx)
+        run("logprob_agreement", part_logprobs, ctx)
+    if kids is not None:
+        kids.stop()
+    for name in ("tiny", "big"):
+        if name in ctx:
+            ctx[name].close()
+    ctx.clear()
+    left = args.budget - (time.time() - t_start)
+    seconds = args.run_seconds or (90.0 if dry else min(120.0, max(10.0, left - 75.0)))
+    run("async_run", part_async_run, out, device, seconds, 2 if dry else 3, dry)
+    report["total_seconds"] = round(time.time() - t_start, 1)
+    write_report(out, report)
+    print((out / "gpu_check.md").read_text())
+    parts = ("ipc_round_trip", "sync_latency", "logprob_agreement", "async_run")
+    return 0 if all(report.get(p, {}).get("ok") for p in parts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
