@@ -228,7 +228,7 @@ def test_train_with_the_ray_launcher_writes_what_the_local_launcher_writes(local
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     searchers = {json.loads(x)["searcher_id"]
                  for x in (tmp_path / "run" / "searchers.jsonl").read_text().splitlines()}
-    # both actors ran; which of them delivered the 4 updates' batches depends on start-up order
+    # which searchers delivered the 4 updates' batches depends on their start-up order
     assert searchers and searchers <= {0, 1}, searchers
     assert ray.util.placement_group_table()  # every group this run made is removed
     assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
