@@ -108,7 +108,7 @@ def test_weights_round_trip_through_the_object_store_exactly(local_ray, tmp_path
         model = policy.to(dtype)
         launcher = RayLauncher(cfg, model, use_reference=True)
         launcher.publish(model, 7)
-        weights = PushedWeights(launcher.manifest, launcher.dtype, *launcher.latest)
+        weights = PushedWeights(launcher.layout, *launcher.latest)
         version, pulled = weights.pull(-1)
         assert version == 7 and weights.pull(7) == (7, None)
         params = dict(model.named_parameters())

@@ -6,9 +6,9 @@ protocol) and sends the trainer the same messages, so the trainer does not know 
 runs. Each searcher is a Ray actor that runs the unchanged searcher loop
 (:func:`tba_lab.actors.searcher._loop`) with three small adapters:
 
-* ``weights``: :class:`PushedWeights`. The trainer flattens the parameters into ONE CPU tensor
-  (a manifest of name, shape and offset per parameter, as
-  :class:`~tba_lab.actors.weights.SharedWeights`), puts its bytes in Ray's object store once
+* ``weights``: :class:`PushedWeights`. The trainer packs the parameters into ONE CPU byte
+  vector (the :class:`~tba_lab.actors.weights.Layout` of the CUDA channel: name, dtype, shape
+  and offset per parameter), puts it in Ray's object store once
   per publish (``ray.put``) and sends each actor the reference, wrapped in a list so that Ray
   does not fetch it at call time. A searcher fetches the bytes only when its loop asks for
   newer weights (intermediate versions it skipped are never transferred). On the trainer's
@@ -65,10 +65,10 @@ import traceback
 from dataclasses import dataclass, replace
 
 import torch
-from torch.nn.utils import parameters_to_vector
 
 from tba_lab.actors.launcher import SearcherFailed
 from tba_lab.actors.searcher import SearcherSpec
+from tba_lab.actors.weights import Layout
 from tba_lab.config import ConfigError, check, check_choice
 from tba_lab.registry import LAUNCHERS
 
@@ -100,30 +100,23 @@ class RayConfig:
 
 # ---------------------------------------------------------------------------- weights
 
-def weight_manifest(model: torch.nn.Module) -> tuple[list[tuple[str, tuple[int, ...], int]], torch.dtype]:
-    """``([(name, shape, offset), ...], dtype)`` of ``model``'s parameters in the flat vector
-    (offsets in elements; tied parameters once, as ``named_parameters`` lists them).
-
-    Raises:
-        ValueError: the parameters do not share one dtype.
-    """
+def weight_layout(model: torch.nn.Module) -> Layout:
+    """The :class:`~tba_lab.actors.weights.Layout` of ``model``'s parameters in the flat byte
+    vector a publish puts in the object store (tied parameters once, as ``named_parameters``
+    lists them). Offsets are aligned to the largest element size, not to the CUDA channel's 256
+    bytes: with one dtype the vector is exactly ``P * itemsize`` bytes, nothing to pad."""
     named = list(model.named_parameters())
-    dtypes = {p.dtype for _, p in named}
-    if len(dtypes) != 1:
-        raise ValueError(f"the Ray launcher needs one parameter dtype, got {sorted(map(str, dtypes))}")
-    manifest, offset = [], 0
-    for name, p in named:
-        manifest.append((name, tuple(p.shape), offset))
-        offset += p.numel()
-    return manifest, dtypes.pop()
+    return Layout(named, align=max((t.element_size() for _, t in named), default=1))
 
 
-def flat_bytes(model: torch.nn.Module):
-    """The parameters as one contiguous CPU vector, viewed as a numpy ``uint8`` array (works
-    for every dtype, bf16 included, which numpy lacks): shape ``(P * itemsize,)``."""
-    with torch.no_grad():
-        flat = parameters_to_vector(model.parameters()).detach().cpu().contiguous()  # (P,)
-    return flat.view(torch.uint8).numpy()
+def flat_bytes(model: torch.nn.Module, layout: Layout | None = None):
+    """The parameters packed by ``layout`` (default :func:`weight_layout`) into one contiguous
+    CPU ``uint8`` vector, as a numpy array of ``layout.nbytes`` bytes (works for every dtype,
+    bf16 included, which numpy lacks)."""
+    layout = layout or weight_layout(model)
+    buf = torch.empty(layout.nbytes, dtype=torch.uint8)
+    layout.pack(list(model.named_parameters()), buf)
+    return buf.numpy()
 
 
 class PushedWeights:
@@ -131,13 +124,13 @@ class PushedWeights:
     :meth:`SharedWeights.pull <tba_lab.actors.weights.SharedWeights.pull>`.
 
     Args:
-        manifest, dtype: from :func:`weight_manifest` of the trainer's policy.
+        layout: :func:`weight_layout` of the trainer's policy.
         version: the newest published version when the actor was built (-1: none yet).
         ref: the ObjectRef of its :func:`flat_bytes` (None: none yet).
     """
 
-    def __init__(self, manifest, dtype: torch.dtype, version: int = -1, ref=None):
-        self.manifest, self.dtype = manifest, dtype
+    def __init__(self, layout: Layout, version: int = -1, ref=None):
+        self.layout = layout
         self.latest = (version, ref)  # replaced whole by `set`, read whole by `pull`: no lock
 
     def set(self, version: int, ref) -> None:
@@ -154,9 +147,7 @@ class PushedWeights:
         if ref is None or version == have_version:
             return have_version, None
         raw = ray.get(ref)  # uint8 numpy array; read-only, zero-copy from the object store
-        vec = torch.from_numpy(raw.copy()).view(self.dtype)  # (P,) private, writable
-        return version, [(name, vec[offset:offset + math.prod(shape)].view(shape))
-                         for name, shape, offset in self.manifest]
+        return version, self.layout.views(torch.from_numpy(raw.copy()))  # a private, writable copy
 
 
 # ---------------------------------------------------------------------------- the actor
@@ -166,18 +157,18 @@ class SearcherActor:
 
     Args:
         searcher_id, spec, seed: as :func:`tba_lab.actors.searcher.searcher_main`.
-        manifest, dtype, version, refs: the weight channel (:class:`PushedWeights`); ``refs`` is
+        layout, version, refs: the weight channel (:class:`PushedWeights`); ``refs`` is
             ``[ObjectRef]`` or ``[None]``.
         out_queue: the shared ``ray.util.queue.Queue``.
     """
 
-    def __init__(self, searcher_id: int, spec: SearcherSpec, manifest, dtype, version: int,
+    def __init__(self, searcher_id: int, spec: SearcherSpec, layout: Layout, version: int,
                  refs: list, out_queue, seed: int):
         import multiprocessing
 
         multiprocessing.current_process().name = f"tba-searcher-{searcher_id}"  # as local ones
         self.searcher_id, self.spec, self.queue, self.seed = searcher_id, spec, out_queue, seed
-        self.weights = PushedWeights(manifest, dtype, version, refs[0])
+        self.weights = PushedWeights(layout, version, refs[0])
         self.stop = threading.Event()
 
     def run(self) -> str | None:
@@ -275,7 +266,7 @@ class RayLauncher:
 
     Args:
         cfg: the :class:`~tba_lab.config.RunConfig` (``async`` and ``ray`` sections).
-        model: the trainer's policy (defines the manifest of the published weights).
+        model: the trainer's policy (defines the layout of the published weights).
         use_reference: whether searchers compute reference log-probs.
     """
     name, section, config_class = "ray", "ray", RayConfig
@@ -294,7 +285,7 @@ class RayLauncher:
     def __init__(self, cfg, model, use_reference: bool = True):
         self.cfg, self.options = cfg, cfg.ray
         self.spec = _actor_spec(SearcherSpec.from_config(cfg, use_reference))
-        self.manifest, self.dtype = weight_manifest(model)
+        self.layout = weight_layout(model)
         self.latest: tuple[int, object] = (-1, None)   # (version, ObjectRef of the flat bytes)
         self.searchers: dict[int, _Searcher] = {}
         self.starts: dict[int, int] = {}                # actors started per searcher id (seeds)
@@ -364,7 +355,7 @@ class RayLauncher:
             name=None, num_cpus=bundle["CPU"], num_gpus=bundle.get("GPU", 0), max_concurrency=2,
             max_restarts=0, runtime_env={"env_vars": env} if env else None,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i),
-        ).remote(i, self.spec, self.manifest, self.dtype, self.latest[0], [self.latest[1]],
+        ).remote(i, self.spec, self.layout, self.latest[0], [self.latest[1]],
                  self.queue, seed)
         self.searchers[i] = _Searcher(actor, actor.run.remote())
         self.starts[i] = n + 1
@@ -377,7 +368,7 @@ class RayLauncher:
             return
         ray = self._ensure_ray()
         t0 = time.perf_counter()
-        ref = ray.put(flat_bytes(model))
+        ref = ray.put(flat_bytes(model, self.layout))
         self.latest = (version, ref)
         for s in self.searchers.values():
             s.actor.set_weights.remote(version, [ref])  # a list: fetched when the loop pulls
