@@ -25,8 +25,29 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
+def _with_task(data: dict, task: str, keep_model: bool) -> dict:
+    """``data`` (a config file's content) with ``task.name = task``. The old task's embedded
+    model cannot serve another task: a ``model.path`` naming it is dropped (the new task's
+    embedded model then applies) unless ``keep_model`` (``--model`` was given)."""
+    from tba_lab.registry import TASKS
+    from tba_lab.tasks import embedded_model_dir
+
+    if not isinstance(data.get("task") or {}, dict):
+        return data  # from_dict names the bad section
+    data = dict(data)
+    section = dict(data.get("task") or {})
+    old = section.get("name", "arithmetic")
+    section["name"] = task
+    data["task"] = section
+    model = data.get("model")
+    if (not keep_model and old != task and old in TASKS.names() and isinstance(model, dict)
+            and model.get("path") == str(embedded_model_dir(old))):
+        data["model"] = {k: v for k, v in model.items() if k != "path"}
+    return data
+
+
 def _train(args) -> int:
-    from tba_lab.config import ConfigError, from_dict, load_yaml, validate
+    from tba_lab.config import ConfigError, from_dict, load_yaml, read_yaml_data, validate
     from tba_lab.preflight import preflight
     from tba_lab.trainer import train
 
@@ -38,7 +59,11 @@ def _train(args) -> int:
             cfg = load_yaml(resume_config(args.resume))
             cfg.output_dir = args.resume
         else:
-            cfg = load_yaml(args.config) if args.config else from_dict({})
+            data = read_yaml_data(args.config) if args.config else {}
+            if args.task is not None and isinstance(data, dict):
+                # the task goes in before from_dict, so the task's config_defaults apply
+                data = _with_task(data, args.task, keep_model=args.model is not None)
+            cfg = from_dict(data)
         for flag, (section, name) in {
                 "output_dir": (None, "output_dir"), "max_minutes": (None, "max_minutes"),
                 "seed": (None, "seed"), "algo": (None, "algo"), "mode": ("async_", "mode"),

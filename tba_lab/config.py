@@ -256,6 +256,7 @@ def from_dict(data: dict | None) -> RunConfig:
     if "sections" in data:
         raise ConfigError("unknown config key 'sections': write each section at the top level "
                           "(e.g. `tb: {beta: 0.05}`)")
+    data = _with_task_defaults(data)
     classes = section_classes()
     top = {f.name: f for f in dataclasses.fields(RunConfig) if f.name not in _CORE_SECTIONS}
     del top["sections"]
@@ -274,6 +275,17 @@ def from_dict(data: dict | None) -> RunConfig:
     cfg = RunConfig(**kwargs, sections=sections)
     validate(cfg)
     return cfg
+
+
+def _with_task_defaults(data: dict) -> dict:
+    """``data`` over the chosen task's ``config_defaults`` (:class:`tba_lab.tasks.Task`): a value
+    the user gives wins. An unknown task name is left for :func:`validate` to report."""
+    task = data.get("task")
+    name = task.get("name", TaskConfig.name) if isinstance(task, dict) else TaskConfig.name
+    if name not in TASKS.names():
+        return data
+    defaults = TASKS.get(name).config_defaults
+    return merge(defaults, data) if defaults else data
 
 
 def _check_unique_keys(node, source: str, where: str = "", seen_nodes=None) -> None:
@@ -312,12 +324,23 @@ def _check_unique_keys(node, source: str, where: str = "", seen_nodes=None) -> N
 
 
 def load_yaml(path: str | Path) -> RunConfig:
-    """Read a YAML config file.
+    """Read a YAML config file into a validated :class:`RunConfig`.
 
     Raises:
         FileNotFoundError: ``path`` is not a file.
-        ConfigError: the file is not valid YAML, gives one key twice in a mapping (the message
-            names the key and both lines), or its content fails :func:`from_dict`.
+        ConfigError: as :func:`read_yaml_data`, or the content fails :func:`from_dict`.
+    """
+    return from_dict(read_yaml_data(path))
+
+
+def read_yaml_data(path: str | Path) -> dict:
+    """The nested plain data of a YAML config file (``{}`` for an empty file), not yet checked
+    by :func:`from_dict`.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        ConfigError: the file is not valid YAML, or gives one key twice in a mapping (the
+            message names the key and both lines).
     """
     import yaml
 
@@ -339,7 +362,7 @@ def load_yaml(path: str | Path) -> RunConfig:
                           f"{what or ' '.join(str(e).split())}; fix the syntax there") from None
     finally:
         loader.dispose()
-    return from_dict(data or {})
+    return data or {}
 
 
 def write_yaml(cfg: RunConfig, path: str | Path) -> None:

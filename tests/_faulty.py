@@ -9,6 +9,8 @@ SIGKILL), ``hang`` (sleeps for an hour), ``nan`` (rewards 0 and 1 of each batch 
 NaN), ``nan_all`` (every reward NaN), ``zero`` (every reward is 0). ``fault.times`` limits how many searcher processes fail (counted
 with marker files in ``fault.marker_dir``; 0 = every time), ``fault.searcher`` picks the
 searcher id that fails (-1 = any), ``fault.after`` lets that many reward calls pass first.
+``fault.hold_others`` makes every other searcher wait (at most 120 s) until the chosen one has
+failed, so a test does not depend on which searcher process starts first.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class FaultConfig:
     searcher: int = -1
     after: int = 0
     marker_dir: str = ""
+    hold_others: bool = False
 
     def validate(self) -> None:
         pass
@@ -61,17 +64,27 @@ class FaultyTask(ArithmeticTask):
         if not name.startswith("tba-searcher-"):
             return False  # the trainer's own evaluation never fails
         if self.fault.searcher >= 0 and name != f"tba-searcher-{self.fault.searcher}":
+            if self.fault.hold_others:
+                self._wait_for_a_failure()
             return False
         self.calls += 1
         if self.calls <= self.fault.after:
             return False
-        if self.fault.times:
-            markers = Path(self.fault.marker_dir)
-            if len(list(markers.glob("failed-*"))) >= self.fault.times:
-                return False
+        markers = Path(self.fault.marker_dir)
+        if self.fault.times and len(list(markers.glob("failed-*"))) >= self.fault.times:
+            return False
+        if self.fault.marker_dir:
             (markers / f"failed-{os.getpid()}").touch()
         self.failing = True
         return True
+
+    def _wait_for_a_failure(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not list(Path(self.fault.marker_dir).glob("failed-*")):
+            if time.monotonic() > deadline:
+                raise TimeoutError("fault.hold_others: the chosen searcher never failed")
+            time.sleep(0.05)
+        self.fault.hold_others = False  # once is enough
 
     def rewards(self, problems, completions):
         rewards = super().rewards(problems, completions)

@@ -131,10 +131,22 @@ def test_task_flag_picks_the_tasks_embedded_model_and_sft_dispatches(tmp_path, c
         seen.clear()
         assert cli.main(["train", "--task", task, "--output-dir", str(tmp_path / task)]) == 0
         assert seen["cfg"].model.path == str(want) and seen["cfg"].task.name == task
+        assert seen["cfg"].tb.beta == {"redteam": 0.5, "arithmetic": 0.1}[task]  # config_defaults
     seen.clear()  # an explicit --model wins
     assert cli.main(["train", "--task", "redteam", "--model", str(DEFAULT_MODEL_DIR),
                      "--output-dir", str(tmp_path / "explicit")]) == 0
     assert seen["cfg"].model.path == str(DEFAULT_MODEL_DIR)
+    # --task over a config file: the file's beta wins over the task's default; the file's
+    # arithmetic model (the old task's embedded one) gives way to the attacker
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"model: {{path: {DEFAULT_MODEL_DIR}}}\ntb: {{beta: 0.25}}\n")
+    for extra, beta in (([], 0.25), (["--model", str(DEFAULT_MODEL_DIR)], 0.25)):
+        seen.clear()
+        assert cli.main(["train", "--config", str(conf), "--task", "redteam", *extra,
+                         "--output-dir", str(tmp_path / "conf")]) == 0
+        assert seen["cfg"].tb.beta == beta and seen["cfg"].task.name == "redteam"
+        assert seen["cfg"].model.path == str(DEFAULT_MODEL_DIR if extra else
+                                             DATA_DIR / "tiny-llama-attacker")
 
     calls = []
     monkeypatch.setattr(TASKS.get("redteam"), "build_embedded",

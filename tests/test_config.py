@@ -197,3 +197,17 @@ def test_yaml_exponent_without_dot_is_a_number(tmp_path):
     assert cfg.tb.beta == 0.01 and cfg.tb.beta_final == 0.004
     assert from_dict({"tb": {"beta_final": None}}).tb.beta_final is None
     assert from_dict({"max_minutes": 2}).max_minutes == 2  # an int is fine for a float
+
+
+def test_task_config_defaults_sit_under_the_users_values():
+    """Task.config_defaults (redteam: tb.beta 0.5) apply when the user gives no value; any value
+    the user gives, in any form of input, wins; other tasks keep the kit's defaults."""
+    from tba_lab.config import short_run
+
+    assert from_dict({"task": {"name": "redteam"}}).tb.beta == 0.5
+    assert from_dict({"task": {"name": "redteam"}, "tb": {"beta": 0.1}}).tb.beta == 0.1
+    assert from_dict({"task": {"name": "redteam"}, "tb": {"beta_final": 0.2}}).tb.beta == 0.5
+    assert from_dict({}).tb.beta == 0.1 and from_dict({"task": {"name": "preference"}}).tb.beta == 0.1
+    assert short_run("/tmp/x", 10, {"task": {"name": "redteam"}}).tb.beta == 0.5
+    with pytest.raises(ConfigError, match="task.name"):  # an unknown task still named
+        from_dict({"task": {"name": "nope"}})

@@ -83,7 +83,9 @@ def test_searcher_failing_every_time_stops_the_run_with_its_traceback(tmp_path):
 
 
 def test_run_goes_on_with_the_other_searchers(tmp_path):
-    cfg = _config(tmp_path, {"kind": "raise", "searcher": 1}, steps=8,
+    # searcher 0 waits for searcher 1 to fail: otherwise a slow start of searcher 1 lets
+    # searcher 0 alone feed all 8 updates and there is no failure to see
+    cfg = _config(tmp_path, {"kind": "raise", "searcher": 1, "hold_others": True}, steps=8,
                   async_={"num_searchers": 2, "max_restarts": 0})
     summary, _ = _run(cfg)
     assert summary["trainer_steps"] == 8

@@ -10,6 +10,9 @@ A :class:`Task` is one object with
 * ``check_config(cfg)``: data paths and options checked before any process starts;
 * ``default_model``: the folder under ``data/`` of the task's embedded starting policy, used
   when ``model.path`` is left empty (None: the arithmetic model ``data/tiny-llama``);
+* ``config_defaults``: nested config values the task recommends (e.g. redteam's
+  ``{"tb": {"beta": 0.5}}``); :func:`tba_lab.config.from_dict` puts them under the user's own,
+  so any value the user gives wins, and the run's saved ``config.yaml`` shows what was used;
 * ``build_embedded(output_dir, task_dir, seed, steps)``: what ``tba-lab sft --task NAME`` runs to
   rebuild that model (and the task's data) reproducibly from a seed.
 
@@ -47,6 +50,7 @@ class Task:
     config_class: type | None = None
     section: str | None = None
     default_model: str | None = None  # folder under data/ of the embedded policy (None: tiny-llama)
+    config_defaults: dict = {}  # nested config values recommended for this task; the user's win
 
     def __init__(self, cfg=None):
         self.cfg = cfg

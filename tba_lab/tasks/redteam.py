@@ -282,6 +282,11 @@ class RedTeamTask(Task):
     name = "redteam"
     section, config_class = "redteam", RedTeamConfig
     default_model = "tiny-llama-attacker"
+    # At the kit's default beta 0.1 the reward r/beta spans [-50, 0]: in 9-minute runs TB found
+    # one successful template after about 2 minutes and diversity fell from 0.29 to 0.02-0.07.
+    # At 0.5 (r/beta in [-10, 0]) it kept the starting diversity (README, "The default
+    # 9-minute runs"). Lee et al. temper the judge's log-reward the same way (their beta).
+    config_defaults = {"tb": {"beta": 0.5}}
     default_source = {"train": str(DEFAULT_REDTEAM_DIR / "train.jsonl"),
                       "test": str(DEFAULT_REDTEAM_DIR / "test.jsonl")}
 
