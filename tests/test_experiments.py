@@ -1,5 +1,6 @@
 """`tba-lab experiment`: time to target, the generated readings, the diversity and KL
-measurements, bad input, and one SMOKE run of all four experiments through the real trainer."""
+measurements, bad input, and what a SMOKE run of all four through the real trainer leaves
+(``assert_smoke_outputs``, applied to notebook 07's runs in the reproduce test)."""
 import json
 import math
 import os
@@ -279,17 +280,15 @@ def test_full_settings_and_the_seed_major_plan():
 
 
 # ------------------------------------------------------------------------- the real thing
-@pytest.mark.slow
-def test_experiment_all_smoke_writes_every_report_figure_and_run(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "tba_lab", "experiment", "all", "--smoke",
-                        "--output-dir", str(tmp_path)], capture_output=True, text=True,
-                       timeout=900, env=ENV)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "estimate:" in r.stdout
+def assert_smoke_outputs(root):
+    """What a SMOKE run of all four experiments (seed 0) leaves under ``root``: a report with
+    its figure, cores and seeds, every planned variant's run with evaluations, and readings.
+    The real runs are those of notebook 07 in ``tests/test_course.py``'s reproduce test (the
+    same ``run_experiment`` calls that ``tba-lab experiment all --smoke`` makes, run once)."""
     figure = {"off_policy": "off_policy.png", "buffer": "buffer.png", "beta": "beta.png",
               "scaling": "scaling.png"}
     for name, mod in EXPERIMENTS.items():
-        out = tmp_path / name
+        out = root / name
         report = (out / "report.md").read_text()
         assert (out / figure[name]).stat().st_size > 10_000
         assert f"]({figure[name]})" in report and "Reading" in report
@@ -300,9 +299,30 @@ def test_experiment_all_smoke_writes_every_report_figure_and_run(tmp_path):
         assert [run["variant"] for run in data["runs"]] == want
         assert all(run["seed"] == 0 and run["evals"] for run in data["runs"])
         assert data["readings"] and data["cores"] == os.cpu_count()
-    runs = {name: json.loads((tmp_path / name / "results.json").read_text())["runs"]
+    runs = {name: json.loads((root / name / "results.json").read_text())["runs"]
             for name in EXPERIMENTS}
     assert all(r["trainer_steps"] == 4 for r in runs["off_policy"])  # equal updates
     assert all(0 <= r["div_distinct_correct"] <= 4 for r in runs["buffer"])
     assert all(math.isfinite(r["kl"]) for r in runs["beta"])
     assert [r["searchers"] for r in runs["scaling"]] == [1, 2]
+
+
+def test_experiment_all_runs_the_four_in_order_with_the_smoke_settings(tmp_path, capsys,
+                                                                         monkeypatch):
+    """`tba-lab experiment all --smoke`: the estimate first, then each experiment once, SMOKE,
+    seed 0, into one folder; the readings printed. (The runs themselves: assert_smoke_outputs.)"""
+    import tba_lab.lab.experiments as ex
+    from tba_lab import cli
+
+    calls = []
+
+    def fake(name, smoke, seeds, output_dir, settings=None, log=print):
+        calls.append((name, smoke, list(seeds), str(output_dir), settings))
+        return {"report": f"{output_dir}/{name}/report.md", "readings": [f"{name} reading"]}
+
+    monkeypatch.setattr(ex, "run_experiment", fake)
+    assert cli.main(["experiment", "all", "--smoke", "--output-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.index("estimate:") < printed.index("off_policy: ")
+    assert calls == [(n, True, [0], str(tmp_path), {}) for n in EXPERIMENTS]
+    assert all(f"  - {n} reading" in printed for n in EXPERIMENTS)

@@ -699,9 +699,14 @@ def test_jupyter_interrupt_background_run_then_stop(tmp_path):
     print(f"stop event: the run ended {seconds:.1f} s after it was set")
 
 
+# graceful restarts in each of the three states (the interrupt reaches each differently);
+# now=True SIGKILLs the kernel's whole process group whatever it was doing, so one state (the
+# busiest: a background run and a cell waiting on it) stands for all three
 @pytest.mark.slow
-@pytest.mark.parametrize("now", [True, False], ids=["now", "graceful"])
-@pytest.mark.parametrize("mode", ["blocking", "background", "watching"])
+@pytest.mark.parametrize("mode,now", [("blocking", False), ("background", False),
+                                      ("watching", False), ("watching", True)],
+                         ids=["blocking-graceful", "background-graceful", "watching-graceful",
+                              "watching-now"])
 def test_jupyter_restart_kernel(tmp_path, mode, now):
     """"Restart kernel" during a run (a blocking cell; a background run; a background run and
     a cell waiting on it). ``now=True``: jupyter_client interrupts, then SIGKILLs
