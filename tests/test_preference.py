@@ -295,3 +295,28 @@ def test_reward_model_is_task_agnostic(tmp_path):
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not any(m and m.startswith("tba_lab.tasks.preference") for m in imported)
     assert "standardize_texts" in inspect.signature(rm_mod.train_reward_model).parameters
+
+
+def test_rebuild_is_reproducible_and_the_shipped_data_are_seed_0s(tmp_path):
+    """`tba-lab sft --task preference` writes seed 0's data files byte for byte as committed;
+    `train-rm` on the same pairs and seed gives the same weights. (The SFT step is
+    ``train_sft``, whose reproducibility tests/test_models_rollout.py checks.)"""
+    from safetensors.torch import load_file
+
+    from tba_lab.reward_model import train_reward_model
+    from tba_lab.tasks.gsm8k import write_jsonl
+    from tba_lab.tasks.preference import RM_MODEL, SFT_MODEL, TASK_DIR
+
+    for rows, name in zip(make_splits(seed=0), ("train.jsonl", "test.jsonl", "pairs.jsonl")):
+        write_jsonl(rows, tmp_path / name)
+        assert (tmp_path / name).read_bytes() == (TASK_DIR / name).read_bytes(), name
+    pairs = tmp_path / "few_pairs.jsonl"
+    pairs.write_text("".join((TASK_DIR / "pairs.jsonl").read_text().splitlines(True)[:64]))
+    for name in ("a", "b"):
+        train_reward_model(pairs_path=pairs, output_dir=tmp_path / name, init_from=DATA_DIR / SFT_MODEL,
+                           seed=3, steps=2, batch_size=8, num_threads=1, log_every=0,
+                           standardize_texts=["Post: a b c\nTL;DR: a", "Post: d\nTL;DR: d"])
+    wa, wb = (load_file(tmp_path / n / "model.safetensors") for n in ("a", "b"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    shipped = load_file(DATA_DIR / RM_MODEL / "model.safetensors")
+    assert any(not torch.equal(wa[k], shipped[k]) for k in wa)  # 2 steps from the SFT: not the shipped RM

@@ -185,3 +185,31 @@ def test_end_to_end_rollout_and_evaluate(attacker):
     assert list(metrics)[:4] == ["attack_success", "diversity", "mean_log_p", "length"]
     assert 0.0 <= metrics["attack_success"] <= 1.0 and 0.0 < metrics["diversity"] <= 2.0
     assert -5.0 <= metrics["mean_log_p"] <= 0.0 and metrics["length"] > 5
+
+
+def test_sft_rebuild_is_reproducible_and_the_shipped_prompts_are_seed_0s(tmp_path):
+    """`tba-lab sft --task redteam` rebuilds the same prompt files and the same attacker weights
+    from the same seed; the committed data/redteam files are seed 0's."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from tba_lab.tasks.redteam import DEFAULT_REDTEAM_DIR
+
+    runs = []
+    for name in ("a", "b"):
+        s = RedTeamTask.build_embedded(output_dir=tmp_path / name / "model",
+                                       task_dir=tmp_path / name / "task", seed=3, steps=2,
+                                       batch_size=8, num_questions=64, log_every=0,
+                                       eval_size=8)
+        assert s["steps"] == 2 and 0.0 <= s["attack_success"] <= 1.0
+        runs.append(tmp_path / name)
+    a, b = runs
+    for split in ("train.jsonl", "test.jsonl"):
+        assert (a / "task" / split).read_bytes() == (b / "task" / split).read_bytes()
+    wa, wb = (load_file(r / "model" / "model.safetensors") for r in runs)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    train, test = make_instructions(0)
+    shipped = [json.loads(line) for line in (DEFAULT_REDTEAM_DIR / "test.jsonl").read_text().splitlines()]
+    assert shipped == test
+    assert json.loads((DEFAULT_REDTEAM_DIR / "train.jsonl").read_text().splitlines()[-1]) == train[-1]

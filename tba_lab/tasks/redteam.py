@@ -448,7 +448,7 @@ class RedTeamTask(Task):
     @classmethod
     def build_embedded(cls, output_dir=None, task_dir=None, seed: int = 0, steps: int | None = None,
                        batch_size: int = 64, lr: float = 2e-3, num_questions: int = 20000,
-                       log_every: int = 100, **kwargs) -> dict:
+                       log_every: int = 100, eval_size: int | None = None, **kwargs) -> dict:
         """``tba-lab sft --task redteam``: write the instruction prompts
         (``task_dir/{train,test}.jsonl``, default ``data/redteam``, :func:`make_instructions`)
         and train the attacker (``output_dir``, default ``data/tiny-llama-attacker``) with
@@ -459,7 +459,8 @@ class RedTeamTask(Task):
         from RL, not from the attacker's pre-training).
 
         Returns (and saves as ``output_dir/sft_summary.json``): the greedy held-out metrics of
-        the new attacker against the default victim and judge (``attack_success``, ...),
+        the new attacker against the default victim and judge on the first ``eval_size`` (None:
+        all 200) held-out prompts (``attack_success``, ...),
         ``on_topic`` (fraction of greedy attacks that mention their name and item and end with
         "?"), ``steps``, ``wall_seconds``, ``num_parameters``.
         """
@@ -503,7 +504,7 @@ class RedTeamTask(Task):
         attacker, atok = load_policy(output_dir)
         attacker.eval()
         backend = TransformersBackend(attacker, atok)
-        held = task.load("test")
+        held = task.load("test")[:eval_size]
         metrics = evaluate(task, backend, held, cfg.model.max_new_tokens)
         from tba_lab.rollout import rollout
 
