@@ -271,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "--smoke: fewer)")
     x.add_argument("--target", type=float, help="scaling: the held-out accuracy to reach "
                    "(default 0.40)")
+    x.add_argument("--searchers", type=int, nargs="+", help="scaling: searcher counts to run "
+                   "(default 1 2 4; e.g. 1 2 4 8 on a 16-core machine)")
     x.set_defaults(func=_experiment)
     return p
 

@@ -264,7 +264,27 @@ def test_empty_seeds_and_unknown_settings_are_refused(tmp_path):
         experiment_settings("scaling", settings={"targte": 0.5})
     with pytest.raises(ExperimentError, match="--target"):
         experiment_settings("scaling", settings={"target": 40})
+    for bad in ([], [0, 2], [2, 2]):
+        with pytest.raises(ExperimentError, match="--searchers"):
+            experiment_settings("scaling", settings={"searchers": bad})
     assert not any(tmp_path.iterdir())
+
+
+def test_searchers_flag_sets_the_scaling_grid(tmp_path, capsys, monkeypatch):
+    """`tba-lab experiment scaling --searchers 8 1 2 4` (a many-core machine) runs n1..n8 in
+    order; the flag is refused for another experiment."""
+    import tba_lab.lab.experiments as ex
+    from tba_lab import cli
+
+    seen = {}
+    monkeypatch.setattr(ex, "run_experiment", lambda name, smoke, seeds, out, settings=None, log=print:
+                        seen.update(name=name, settings=settings) or {"report": "r", "readings": []})
+    assert cli.main(["experiment", "scaling", "--searchers", "8", "1", "2", "4",
+                     "--output-dir", str(tmp_path)]) == 0
+    s = experiment_settings("scaling", settings=seen["settings"])
+    assert [v for v, _ in scaling.variants(s)] == ["n1", "n2", "n4", "n8"]
+    assert cli.main(["experiment", "beta", "--searchers", "2"]) == 2
+    assert "--searchers applies to the scaling experiment only" in capsys.readouterr().err
 
 
 def test_full_settings_and_the_seed_major_plan():

@@ -68,11 +68,13 @@ def resolve(name: str) -> list[str]:
 def experiment_settings(name: str, smoke: bool = False, settings: dict | None = None,
                         strict: bool = True) -> dict:
     """The settings experiment ``name`` runs with: its full or SMOKE defaults, updated with
-    ``settings`` (e.g. ``{"eval_size": 500}``, ``{"target": 0.45}`` for ``scaling``).
+    ``settings`` (e.g. ``{"eval_size": 500}``, ``{"target": 0.45}`` or ``{"searchers": [1, 2,
+    4, 8]}`` for ``scaling``).
 
     Raises:
         ExperimentError: with ``strict``, a key the experiment does not have (the message lists
-            its keys); ``eval_size`` < 1 or ``target`` outside (0, 1].
+            its keys); ``eval_size`` < 1, ``target`` outside (0, 1], or ``searchers`` not
+            distinct counts >= 1.
     """
     mod = EXPERIMENTS[resolve(name)[0]]
     s = mod.settings(smoke)
@@ -86,6 +88,12 @@ def experiment_settings(name: str, smoke: bool = False, settings: dict | None = 
             raise ExperimentError(f"--eval-size {value}: give the number of held-out problems, >= 1")
         if key == "target" and not 0 < value <= 1:
             raise ExperimentError(f"--target {value}: give an accuracy in (0, 1], e.g. 0.40")
+        if key == "searchers" and (not value or any(not isinstance(n, int) or n < 1 for n in value)
+                                   or len(set(value)) != len(value)):
+            raise ExperimentError(f"--searchers {value}: give distinct searcher counts >= 1, "
+                                  f"e.g. 1 2 4 8")
+        if key == "searchers":
+            value = sorted(value)
         s[key] = value
     return s
 
@@ -242,11 +250,14 @@ def main(args) -> int:
         settings = {}
         if args.eval_size is not None:
             settings["eval_size"] = args.eval_size
-        if args.target is not None:
+        for flag, key in (("target", "target"), ("searchers", "searchers")):
+            value = getattr(args, flag, None)
+            if value is None:
+                continue
             if "scaling" not in names:
-                raise ExperimentError(f"--target applies to the scaling experiment only, not "
+                raise ExperimentError(f"--{flag} applies to the scaling experiment only, not "
                                       f"{args.name!r}")
-            settings["target"] = args.target
+            settings[key] = value
         for n in names:
             experiment_settings(n, args.smoke, settings, strict=False)  # value checks
     except ExperimentError as e:
