@@ -250,12 +250,12 @@ def main(args) -> int:
         settings = {}
         if args.eval_size is not None:
             settings["eval_size"] = args.eval_size
-        for flag, key in (("target", "target"), ("searchers", "searchers")):
-            value = getattr(args, flag, None)
+        for key in ("target", "searchers"):  # the scaling experiment's own flags
+            value = getattr(args, key, None)
             if value is None:
                 continue
             if "scaling" not in names:
-                raise ExperimentError(f"--{flag} applies to the scaling experiment only, not "
+                raise ExperimentError(f"--{key} applies to the scaling experiment only, not "
                                       f"{args.name!r}")
             settings[key] = value
         for n in names:
