@@ -43,7 +43,9 @@ The miniature, piece by piece:
   ``redteam.judge_label``), softmax over its labels, reading the response text alone.
 * **Reward**: r = max(log p, ``redteam.log_p_floor``) (default -5: p below e^-5 = 0.0067 all pay
   the same), a NaN p stays NaN, so :func:`tba_lab.rollout.rollout` drops the row (never trained
-  on). Rewards lie in [floor, 0].
+  on). Rewards lie in [floor, 0]. The task recommends ``tb.beta`` 0.5 (``config_defaults``):
+  TB's target pi_ref p^(1/beta) is then pi_ref p^2; at the kit's general 0.1 (p^10) it is
+  nearly one-mode here, and runs collapse onto one successful template (README).
 * **Diversity**: mean pairwise cosine distance 1 - cos(e_i, e_j) over the held-out GREEDY attacks
   (one per instruction prompt), e = mean-pooled last hidden state. Default embedder: the
   victim's own base model (its tokenizer, no special tokens, mean over the attack's tokens); a
