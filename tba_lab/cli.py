@@ -10,8 +10,9 @@
 * ``tba-lab experiment NAME [--smoke] [--seeds 0 1 2]``: the paper's claims in miniature
   (``off_policy``, ``buffer``, ``beta``, ``scaling`` or ``all``) over seeds, with report.md.
 
-Command-line flags override the YAML file given with ``--config``, which overrides the defaults
-of :mod:`tba_lab.config`.
+Command-line flags override the YAML file given with ``--config``, which overrides the chosen
+task's ``config_defaults`` (e.g. redteam's ``tb.beta`` 0.5), which override the defaults of
+:mod:`tba_lab.config`.
 """
 from __future__ import annotations
 
