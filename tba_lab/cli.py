@@ -30,6 +30,7 @@ def _with_task(data: dict, task: str, keep_model: bool) -> dict:
     """``data`` (a config file's content) with ``task.name = task``. The old task's embedded
     model cannot serve another task: a ``model.path`` naming it is dropped (the new task's
     embedded model then applies) unless ``keep_model`` (``--model`` was given)."""
+    from tba_lab.config import TaskConfig
     from tba_lab.registry import TASKS
     from tba_lab.tasks import embedded_model_dir
 
@@ -37,7 +38,7 @@ def _with_task(data: dict, task: str, keep_model: bool) -> dict:
         return data  # from_dict names the bad section
     data = dict(data)
     section = dict(data.get("task") or {})
-    old = section.get("name", "arithmetic")
+    old = section.get("name", TaskConfig.name)
     section["name"] = task
     data["task"] = section
     model = data.get("model")
@@ -48,7 +49,7 @@ def _with_task(data: dict, task: str, keep_model: bool) -> dict:
 
 
 def _train(args) -> int:
-    from tba_lab.config import ConfigError, from_dict, load_yaml, read_yaml_data, validate
+    from tba_lab.config import ConfigError, from_dict, read_yaml_data, validate
     from tba_lab.preflight import preflight
     from tba_lab.trainer import train
 
@@ -56,29 +57,21 @@ def _train(args) -> int:
         if args.resume and args.config:
             raise ConfigError("give --resume DIR or --config FILE, not both: a resumed run reads "
                               "DIR/config.yaml (flags may still override its budget)")
+        source = resume_config(args.resume) if args.resume else args.config
+        data = read_yaml_data(source) if source else {}
+        if args.task is not None and isinstance(data, dict):
+            # the task goes in before from_dict, so the task's config_defaults apply
+            data = _with_task(data, args.task, keep_model=args.model is not None)
+        cfg = from_dict(data)
         if args.resume:
-            cfg = load_yaml(resume_config(args.resume))
             cfg.output_dir = args.resume
-        else:
-            data = read_yaml_data(args.config) if args.config else {}
-            if args.task is not None and isinstance(data, dict):
-                # the task goes in before from_dict, so the task's config_defaults apply
-                data = _with_task(data, args.task, keep_model=args.model is not None)
-            cfg = from_dict(data)
         for flag, (section, name) in {
                 "output_dir": (None, "output_dir"), "max_minutes": (None, "max_minutes"),
                 "seed": (None, "seed"), "algo": (None, "algo"), "mode": ("async_", "mode"),
                 "num_searchers": ("async_", "num_searchers"), "sync_period": ("async_", "sync_period"),
-                "max_steps": ("training", "max_steps"), "model": ("model", "path"),
-                "task": ("task", "name")}.items():
+                "max_steps": ("training", "max_steps"), "model": ("model", "path")}.items():
             value = getattr(args, flag)
             if value is not None:
-                if flag == "task" and args.model is None and value != cfg.task.name:
-                    # the old task's embedded model cannot serve the new task: take the new one's
-                    from tba_lab.tasks import embedded_model_dir
-
-                    if cfg.model.path == str(embedded_model_dir(cfg.task.name)):
-                        cfg.model.path = ""
                 setattr(getattr(cfg, section) if section else cfg, name, value)
         validate(cfg)
         preflight(cfg)  # model folder, tokenizer, task data, output_dir: before anything starts

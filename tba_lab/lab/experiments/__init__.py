@@ -88,11 +88,11 @@ def experiment_settings(name: str, smoke: bool = False, settings: dict | None = 
             raise ExperimentError(f"--eval-size {value}: give the number of held-out problems, >= 1")
         if key == "target" and not 0 < value <= 1:
             raise ExperimentError(f"--target {value}: give an accuracy in (0, 1], e.g. 0.40")
-        if key == "searchers" and (not value or any(not isinstance(n, int) or n < 1 for n in value)
-                                   or len(set(value)) != len(value)):
-            raise ExperimentError(f"--searchers {value}: give distinct searcher counts >= 1, "
-                                  f"e.g. 1 2 4 8")
         if key == "searchers":
+            if (not value or any(not isinstance(n, int) or n < 1 for n in value)
+                    or len(set(value)) != len(value)):
+                raise ExperimentError(f"--searchers {value}: give distinct searcher counts >= 1, "
+                                      f"e.g. 1 2 4 8")
             value = sorted(value)
         s[key] = value
     return s
