@@ -61,6 +61,9 @@ VARIANTS = {
                          "no de-duplication, and a recency slot with no fresh prompt left takes "
                          "the most recently refreshed one instead of a reward-mode draw (today's "
                          "defaults)"),
+    "m1_newest": ({"buffer": {"recency_prob": 1.0}},
+                  "today's defaults with recency m = 1: every slot takes a prompt refreshed since "
+                  "the last sync, or else the newest one (no reward-mode draws)"),
 }
 
 

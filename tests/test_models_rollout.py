@@ -181,6 +181,41 @@ def test_shared_prompt_scoring_matches_full_rows_values_and_gradients(tiny):
     model.zero_grad()
 
 
+def test_repeated_responses_are_scored_once_with_the_same_values_and_gradients(tiny, monkeypatch):
+    """Rows repeating a whole (prompt, response) pair are scored once and gathered back: the
+    log-probs and the gradients (each copy weighted differently below, so every copy's
+    gradient must be summed in) equal those of the full rows, and the model sees 4 rows, not 7."""
+    import tba_lab.rollout.scoring as scoring
+
+    model, tok, train = tiny
+    eos = tok.eos_token_id
+    a, b = (tok(format_prompt(r["question"]))["input_ids"] for r in train[:2])
+    rows = [a, a, a, a, b, b, b]
+    responses = [[7, 8, eos], [9], [7, 8, eos], [7, 8, eos], [5, 5], [5, 5], [6]]
+    seen = []
+    forward = type(model).forward
+    monkeypatch.setattr(type(model), "forward",
+                        lambda self, *args, **kw: seen.append(kw["input_ids"].shape[0])
+                        or forward(self, *args, **kw))
+    grads, out = [], []
+    for share in (True, False):
+        seen.clear()
+        model.zero_grad()
+        logps, mask = scoring.response_logprobs(model, rows, responses, tok.pad_token_id, 0.6,
+                                                share_prompts=share)
+        (logps.sum(dim=1) * torch.arange(1.0, 8.0)).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+        out.append((logps.detach(), mask, list(seen)))
+    (shared, shared_mask, shared_rows), (full, full_mask, full_rows) = out
+    assert shared_rows == [2, 4] and full_rows == [7]  # 2 prompts, then 4 distinct responses
+    torch.testing.assert_close(shared, full, atol=1e-5, rtol=1e-5)
+    assert torch.equal(shared_mask, full_mask)
+    assert torch.equal(shared[0], shared[2]) and torch.equal(shared[4], shared[5])
+    for x, y in zip(*grads):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+    model.zero_grad()
+
+
 def test_shared_prefill_generation_matches_plain_generate(tiny):
     """The shared-prefill path continues exactly where a full prefill would: greedy responses
     are identical, and sampled behaviour log-probs agree with a fresh forward pass (above)."""
