@@ -61,6 +61,11 @@ VARIANTS = {
                          "no de-duplication, and a recency slot with no fresh prompt left takes "
                          "the most recently refreshed one instead of a reward-mode draw (today's "
                          "defaults)"),
+    "replay_1": ({"buffer": {"max_replay_ratio": 1.0}},
+                 "today's defaults with buffer.max_replay_ratio 1: the trainer waits for new data "
+                 "rather than train on more rows than the searchers generated"),
+    "replay_1.25": ({"buffer": {"max_replay_ratio": 1.25}},
+                    "today's defaults with buffer.max_replay_ratio 1.25"),
     "m1_newest": ({"buffer": {"recency_prob": 1.0}},
                   "today's defaults with recency m = 1: every slot takes a prompt refreshed since "
                   "the last sync, or else the newest one (no reward-mode draws)"),

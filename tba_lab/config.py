@@ -71,6 +71,7 @@ class BufferConfig:
     inv_temp: float = 0.0               # reward prioritisation softmax(inv_temp * r); 0 = uniform
     max_prompts: int = 256              # prompts remembered (least recently refreshed evicted); 0 = unbounded
     initial_fill: int = 256             # rollouts in the buffer before the first update (async)
+    max_replay_ratio: float = 0.0       # async: the trainer waits rather than train on more than this many rows per row generated (0 = no bound)
     dedup: bool = False                 # keep one copy of a repeated response per prompt (off: groups stay samples)
     recency_fallback: str = "newest"    # recency slot with no fresh prompt left: the "newest" other prompt, or "reward" mode
 
@@ -443,6 +444,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     check(b.inv_temp >= 0, "buffer.inv_temp must be >= 0 (0 = uniform)")
     check_choice(b.recency_fallback, ("reward", "newest"), "buffer.recency_fallback")
     check(b.initial_fill >= 0, "buffer.initial_fill must be >= 0")
+    check(b.max_replay_ratio == 0 or b.max_replay_ratio >= 1,
+          f"buffer.max_replay_ratio={b.max_replay_ratio}: rows trained per row generated; use 0 "
+          f"(no bound) or a value >= 1 (1 = every rollout trained on once on average)")
     check(b.max_prompts == 0 or b.max_prompts >= tr.num_prompts_per_step,
           f"buffer.max_prompts={b.max_prompts}: keep at least num_prompts_per_step prompts (0 = unbounded)")
     a = cfg.async_

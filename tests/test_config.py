@@ -140,6 +140,7 @@ def test_missing_yaml_file(tmp_path):
     ({"training": {"num_generations": 1}}, "training.num_generations"),
     ({"buffer": {"recency_prob": 2}}, "buffer.recency_prob"),
     ({"buffer": {"recency_prob": -0.1}}, "buffer.recency_prob"),
+    ({"buffer": {"max_replay_ratio": 0.5}}, "buffer.max_replay_ratio"),
     ({"async": {"mode": "sync", "sync_period": 2}}, "async.sync_period"),
     ({"async": {"mode": "sync", "num_searchers": 2}}, "async.num_searchers"),
     ({"async": {"mode": "lockstep"}}, "async.mode"),

@@ -291,6 +291,50 @@ def test_stale_check_off_with_zero():
     assert log.failures == []
 
 
+# ---------------------------------------------------------------- the replay-ratio bound
+class _CountingLog(_Log):
+    def __init__(self):
+        super().__init__()
+        self.samples = 0
+
+    def received(self, batches, step):
+        self.samples += sum(len(b.rollouts) for b in batches)
+
+
+@pytest.mark.parametrize("rho, expected", [
+    (1.5, [True, False, "deliver", True, True, False]),
+    (0.0, [True, True, "deliver", True, True, True]),  # 0: no bound, the buffer is replayed
+])
+def test_replay_ratio_bound_makes_the_trainer_wait_for_new_data(rho, expected):
+    """With buffer.max_replay_ratio rho, update step + 1 gets a batch only while
+    (step + 1) * B * K <= rho * rows generated: 2 x 2 rows per batch, 4 rows received, then 8."""
+    from tba_lab.trainer import Feed
+
+    cfg = from_dict({"training": {"num_prompts_per_step": 2, "num_generations": 2},
+                     "buffer": {"initial_fill": 4, "max_replay_ratio": rho, "capacity_per_prompt": 4},
+                     "async": {"stale_batches": 0, "searcher_timeout": 0}})
+    launcher, log = _Launcher(), _CountingLog()
+    feed = Feed(cfg, launcher, ReplayBuffer(4, 0.5, 0.0, seed=0), log)
+
+    def two_prompts(first, version):  # one searcher's batch: 2 prompts x 2 rows
+        batch = _batch(0, version, time.time())
+        batch.rollouts += _batch(0, version, time.time()).rollouts
+        for i, r in enumerate(batch.rollouts):
+            r.prompt_id = first + i // 2
+        return batch
+
+    launcher.inbox, step, got = [two_prompts(0, 0)], 0, []
+    for e in expected:
+        if e == "deliver":
+            launcher.inbox = [two_prompts(2, 1)]
+            continue
+        batch = feed.next_batch(step)
+        got.append(batch is not None)
+        step += batch is not None
+    assert got == [e for e in expected if e != "deliver"]
+    assert log.samples == 8 and step == (3 if rho else 5)
+
+
 # ------------------------------------------------------------------------- model device
 def test_scoring_and_sampling_follow_the_model_device(tiny):
     """Inputs go where the model is; messages come back as lists (CPU here: the same calls)."""
