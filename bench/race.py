@@ -15,6 +15,9 @@ prompts x K = 8 responses), temperature (0.6), response cap (40 tokens) and rewa
     (c) async TBA    TB with one searcher process overlapping the trainer (the kit's default)
     (d) async GRPO   GRPO on the same asynchronous pipeline, hence the same staleness
     (e) TRL GRPO     trl.GRPOTrainer (use_vllm off, gradient checkpointing off), see trl_grpo.py
+    (c1)             async TBA whose trainer waits for new data rather than train on more rows
+                     than the searcher generated (``buffer.max_replay_ratio: 1``); not run
+                     unless named in ``--legs``
 
 With several seeds (``--seeds 0 1 2``; ``--seed S`` is one seed) the legs run seed-major
 (seed 0: a b c d e, then seed 1: a b c d e, ...), so a drift in machine load hits every leg alike.
@@ -58,6 +61,8 @@ LEGS = {
     "c": ("async TBA", {"algo": "tb", "async": {"mode": "async"}}),
     "d": ("async GRPO", {"algo": "grpo", "async": {"mode": "async"}}),
     "e": ("TRL GRPOTrainer", None),
+    "c1": ("async TBA, replay ratio <= 1", {"algo": "tb", "async": {"mode": "async"},
+                                            "buffer": {"max_replay_ratio": 1.0}}),
 }
 
 
@@ -193,7 +198,8 @@ def goal(agg: dict, ticks: list[float]) -> dict:
     """The goal on the means over seeds: async TBA (c) at or above sync TB (b) at every
     checkpoint from the first on, the end included (``c_at_or_above_b``), and (c) the fastest leg
     to the target (``c_fastest_to_target``: (c) reached it in every seed and its mean time is at
-    most every other leg's; a leg that missed it in some seed counts as slower). ``met`` is both.
+    most every other leg's, the five legs of the goal; (c1) is a variant of (c), not a rival; a
+    leg that missed it in some seed counts as slower). ``met`` is both.
     Each is None when leg (b) or (c) did not run; ``c_minus_b`` gives the differences."""
     if "b" not in agg or "c" not in agg:
         return {"c_at_or_above_b": None, "c_fastest_to_target": None, "met": None, "c_minus_b": {}}
@@ -211,7 +217,8 @@ def goal(agg: dict, ticks: list[float]) -> dict:
 
     c_time = full_mean("c")
     fastest = c_time is not None and all(
-        full_mean(leg) is None or c_time <= full_mean(leg) + 1e-9 for leg in agg if leg != "c")
+        full_mean(leg) is None or c_time <= full_mean(leg) + 1e-9
+        for leg in agg if leg in ("a", "b", "d", "e"))
     return {"c_at_or_above_b": above, "c_fastest_to_target": fastest, "met": above and fastest,
             "c_minus_b": diff}
 
@@ -404,7 +411,7 @@ def main(argv=None) -> int:
     p.add_argument("--eval-size", type=int, default=200, help="held-out problems per evaluation")
     p.add_argument("--eval-every", type=float, default=30.0,
                    help="seconds between evaluations (default 30; 15 gives a finer curve)")
-    p.add_argument("--legs", nargs="+", default=list(LEGS), choices=list(LEGS))
+    p.add_argument("--legs", nargs="+", default=["a", "b", "c", "d", "e"], choices=list(LEGS))
     p.add_argument("--output-dir", default="runs/race")
     p.add_argument("--skip-throughput", action="store_true")
     p.add_argument("--resume", action="store_true",
