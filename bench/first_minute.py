@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # the defaults before this study: a de-duplicating buffer whose recency slots fall back to
 # reward mode when no refreshed prompt is left
-OLD = {"buffer": {"dedup": True, "recency_fallback": "reward"}}
+OLD = {"buffer": {"dedup": True, "recency_fallback": "reward", "max_replay_ratio": 0.0}}
 
 
 def _old(**sections) -> dict:
@@ -57,17 +57,18 @@ VARIANTS = {
     "dedup_off_m1": (_old(buffer={"dedup": False, "recency_prob": 1.0}),
                      "no de-duplication, recency m = 1"),
     "capacity_8": (_old(buffer={"capacity_per_prompt": 8}), "8 rollouts kept per prompt (less replay)"),
-    "dedup_off_newest": ({"buffer": {"dedup": False, "recency_fallback": "newest"}},
+    "dedup_off_newest": ({"buffer": {"dedup": False, "recency_fallback": "newest",
+                                     "max_replay_ratio": 0.0}},
                          "no de-duplication, and a recency slot with no fresh prompt left takes "
-                         "the most recently refreshed one instead of a reward-mode draw (today's "
-                         "defaults)"),
+                         "the most recently refreshed one instead of a reward-mode draw (the "
+                         "defaults before the replay bound)"),
     "replay_1": ({"buffer": {"max_replay_ratio": 1.0}},
-                 "today's defaults with buffer.max_replay_ratio 1: the trainer waits for new data "
-                 "rather than train on more rows than the searchers generated"),
+                 "buffer.max_replay_ratio 1: the trainer waits for new data rather than train on "
+                 "more rows than the searchers generated (today's defaults)"),
     "replay_1.25": ({"buffer": {"max_replay_ratio": 1.25}},
                     "today's defaults with buffer.max_replay_ratio 1.25"),
-    "m1_newest": ({"buffer": {"recency_prob": 1.0}},
-                  "today's defaults with recency m = 1: every slot takes a prompt refreshed since "
+    "m1_newest": ({"buffer": {"recency_prob": 1.0, "max_replay_ratio": 0.0}},
+                  "dedup_off_newest with recency m = 1: every slot takes a prompt refreshed since "
                   "the last sync, or else the newest one (no reward-mode draws)"),
 }
 

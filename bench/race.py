@@ -15,9 +15,11 @@ prompts x K = 8 responses), temperature (0.6), response cap (40 tokens) and rewa
     (c) async TBA    TB with one searcher process overlapping the trainer (the kit's default)
     (d) async GRPO   GRPO on the same asynchronous pipeline, hence the same staleness
     (e) TRL GRPO     trl.GRPOTrainer (use_vllm off, gradient checkpointing off), see trl_grpo.py
-    (c1)             async TBA whose trainer waits for new data rather than train on more rows
-                     than the searcher generated (``buffer.max_replay_ratio: 1``); not run
-                     unless named in ``--legs``
+    (c1), (c0)       async TBA with ``buffer.max_replay_ratio`` 1 (the trainer waits for new
+                     data rather than train on more rows than the searcher generated; the
+                     default since 2026-12-01, so (c) is the same today) and 0 (no bound: the
+                     trainer replays the buffer as often as its speed allows, the default
+                     before); run only when named in ``--legs``
 
 With several seeds (``--seeds 0 1 2``; ``--seed S`` is one seed) the legs run seed-major
 (seed 0: a b c d e, then seed 1: a b c d e, ...), so a drift in machine load hits every leg alike.
@@ -63,6 +65,8 @@ LEGS = {
     "e": ("TRL GRPOTrainer", None),
     "c1": ("async TBA, replay ratio <= 1", {"algo": "tb", "async": {"mode": "async"},
                                             "buffer": {"max_replay_ratio": 1.0}}),
+    "c0": ("async TBA, no replay bound", {"algo": "tb", "async": {"mode": "async"},
+                                          "buffer": {"max_replay_ratio": 0.0}}),
 }
 
 
@@ -198,8 +202,8 @@ def goal(agg: dict, ticks: list[float]) -> dict:
     """The goal on the means over seeds: async TBA (c) at or above sync TB (b) at every
     checkpoint from the first on, the end included (``c_at_or_above_b``), and (c) the fastest leg
     to the target (``c_fastest_to_target``: (c) reached it in every seed and its mean time is at
-    most every other leg's, the five legs of the goal; (c1) is a variant of (c), not a rival; a
-    leg that missed it in some seed counts as slower). ``met`` is both.
+    most every other leg's, the five legs of the goal ((c1) and (c0) are variants of (c), not
+    rivals); a leg that missed it in some seed counts as slower). ``met`` is both.
     Each is None when leg (b) or (c) did not run; ``c_minus_b`` gives the differences."""
     if "b" not in agg or "c" not in agg:
         return {"c_at_or_above_b": None, "c_fastest_to_target": None, "met": None, "c_minus_b": {}}
