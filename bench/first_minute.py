@@ -67,6 +67,8 @@ VARIANTS = {
                  "more rows than the searchers generated (today's defaults)"),
     "replay_1.25": ({"buffer": {"max_replay_ratio": 1.25}},
                     "today's defaults with buffer.max_replay_ratio 1.25"),
+    "searchers_2": ({"async": {"num_searchers": 2}},
+                    "today's defaults with 2 searchers (3 processes on the 2 cores)"),
     "m1_newest": ({"buffer": {"recency_prob": 1.0, "max_replay_ratio": 0.0}},
                   "dedup_off_newest with recency m = 1: every slot takes a prompt refreshed since "
                   "the last sync, or else the newest one (no reward-mode draws)"),
