@@ -6,10 +6,12 @@
 Each variant is ``tba-lab train`` (async TBA, one searcher) with one factor changed from the
 defaults the kit had before this study (a de-duplicating buffer, ``buffer.dedup: true``, whose
 recency slots fell back to reward mode, ``buffer.recency_fallback: reward``); ``dedup_off`` is
-the first fix, ``dedup_off_newest`` today's defaults, ``sync_tb`` the synchronous on-policy
-reference. The README's tables are ``--variants sync_tb base dedup_off recency_0 fill_1024
+the first fix, ``dedup_off_newest`` the second (the defaults until the replay bound),
+``replay_1`` today's defaults (``buffer.max_replay_ratio: 1``), ``sync_tb`` the synchronous
+on-policy reference. The README's tables are ``--variants sync_tb base dedup_off recency_0 fill_1024
 sync_period_4 lr_3e-5 threads_2 capacity_8`` and ``--variants dedup_off dedup_off_newest
-dedup_off_m1``, both ``--minutes 1.5``. Every run uses the same seed list,
+dedup_off_m1``, both ``--minutes 1.5``, then ``--variants sync_tb dedup_off_newest m1_newest``
+and ``--variants sync_tb replay_1 replay_1.25``, both ``--minutes 1``. Every run uses the same seed list,
 the first ``--eval-size`` held-out problems (greedy) every ``--eval-every`` seconds of its
 budget, and runs alone, one after another, in this process. Accuracy at the checkpoints
 (15 s, 30 s, ...) is INTERPOLATED linearly between the measured evaluations (each logged with
@@ -41,8 +43,8 @@ def _old(**sections) -> dict:
 
 
 # name -> (overrides of the CURRENT defaults, description). The ablations change one factor of
-# the old defaults; ``dedup_off`` is the first fix, ``dedup_off_newest`` (today's defaults) adds
-# the second, tried on top of it.
+# the old defaults; ``dedup_off`` is the first fix, ``dedup_off_newest`` adds the second, tried
+# on top of it; variants measured before the replay bound became the default pin it to 0.
 VARIANTS = {
     "sync_tb": (_old(algo="tb", **{"async": {"mode": "sync"}}), "sync TB (on-policy reference)"),
     "base": (_old(), "async TBA, the old defaults (de-duplicating buffer)"),

@@ -326,3 +326,28 @@ def test_task_race_aggregates_the_headline_and_trade_off_over_seeds():
                                 "(lower is better): (a) sync GRPO.")
     with pytest.raises(SystemExit, match="knows"):
         task_race.metrics_of("arithmetic")
+
+
+def test_per_update_is_deterministic_and_replays_the_batch(tmp_path, monkeypatch):
+    """bench/per_update.py has no timing in it: the same seed gives the same evaluations; with
+    reuse 2 the second update trains on the batch of the first (one rollout for two updates)."""
+    spec = importlib.util.spec_from_file_location(
+        "per_update", Path(__file__).parents[1] / "bench" / "per_update.py")
+    per_update = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(per_update)
+    import tba_lab.rollout as rollout_module
+
+    calls = []
+    original = rollout_module.rollout
+    monkeypatch.setattr(rollout_module, "rollout",
+                        lambda *a, **kw: calls.append(kw["version"]) or original(*a, **kw))
+    a = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8)
+    b = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8)
+    assert a["evals"] == b["evals"] and [s for s, _ in a["evals"]] == [0, 1, 2]
+    assert calls == [0, 1, 0, 1]
+    calls.clear()
+    per_update.run_variant("tb_reuse2", 0, updates=2, eval_every=2, eval_size=8)
+    assert calls == [0]  # one batch rolled out, trained on twice
+    text = per_update.table([a, {**b, "seed": 1}])
+    first = 100 * a["evals"][0][1]
+    assert f"| tb | {first:.1f} ({first:.1f}-{first:.1f}) |" in text
