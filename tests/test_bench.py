@@ -340,7 +340,8 @@ def test_per_update_is_deterministic_and_replays_the_batch(tmp_path, monkeypatch
     calls = []
     original = rollout_module.rollout
     monkeypatch.setattr(rollout_module, "rollout",
-                        lambda *a, **kw: calls.append(kw["version"]) or original(*a, **kw))
+                        lambda *a, **kw: ("version" in kw and calls.append(kw["version"]))
+                        or original(*a, **kw))  # training rollouts (evaluation passes none)
     a = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8)
     b = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8)
     assert a["evals"] == b["evals"] and [s for s, _ in a["evals"]] == [0, 1, 2]
