@@ -7,12 +7,15 @@ Each variant is ``tba-lab train`` (async TBA, one searcher) with one factor chan
 defaults the kit had before this study (a de-duplicating buffer, ``buffer.dedup: true``, whose
 recency slots fell back to reward mode, ``buffer.recency_fallback: reward``); ``dedup_off`` is
 the first fix, ``dedup_off_newest`` the second (the defaults until the replay bound),
-``replay_1`` today's defaults (``buffer.max_replay_ratio: 1``), ``sync_tb`` the synchronous
-on-policy reference. The README's tables are ``--variants sync_tb base dedup_off recency_0 fill_1024
+``replay_1`` the replay bound (``buffer.max_replay_ratio: 1``, the defaults of the third
+round), ``ref_trainer_m1`` today's defaults (the bound, the reference pass in the trainer,
+``async.reference_pass: trainer``, and recency m = 1), ``sync_tb`` the synchronous on-policy
+reference. The README's tables are ``--variants sync_tb base dedup_off recency_0 fill_1024
 sync_period_4 lr_3e-5 threads_2 capacity_8`` and ``--variants dedup_off dedup_off_newest
 dedup_off_m1``, both ``--minutes 1.5``, then ``--variants sync_tb dedup_off_newest m1_newest``
-and ``--variants sync_tb replay_1 replay_1.25``, both ``--minutes 1``. Every run uses the same seed list,
-the first ``--eval-size`` held-out problems (greedy) every ``--eval-every`` seconds of its
+and ``--variants sync_tb replay_1 replay_1.25``, then ``--variants sync_tb replay_1
+ref_trainer`` and ``--variants sync_tb ref_trainer m1 ref_trainer_m1``, all ``--minutes 1``.
+Every run uses the same seed list, the first ``--eval-size`` held-out problems (greedy) every ``--eval-every`` seconds of its
 budget, and runs alone, one after another, in this process. Accuracy at the checkpoints
 (15 s, 30 s, ...) is INTERPOLATED linearly between the measured evaluations (each logged with
 its real wall-clock second; they land 0-2 s late). The table gives the mean over seeds and the
@@ -32,14 +35,24 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tba_lab.config import merge  # noqa: E402
+
 # the defaults before this study: a de-duplicating buffer whose recency slots fall back to
 # reward mode when no refreshed prompt is left
 OLD = {"buffer": {"dedup": True, "recency_fallback": "reward", "max_replay_ratio": 0.0}}
+# the two defaults changed after the fourth round (2026-12-01T16): recency m 0.8 and the reference
+# pass in the searcher; every variant measured before then pins them
+BEFORE_16H = {"buffer": {"recency_prob": 0.8}, "async": {"reference_pass": "searcher"}}
 
 
 def _old(**sections) -> dict:
-    """The old defaults with ``sections`` changed (``buffer`` merged with the old one)."""
-    return {**OLD, **sections, "buffer": {**OLD["buffer"], **sections.get("buffer", {})}}
+    """The old defaults with ``sections`` changed (nested merge, ``sections`` win)."""
+    return merge(merge(BEFORE_16H, OLD), sections)
+
+
+def _before(**sections) -> dict:
+    """The defaults before the fourth round with ``sections`` changed."""
+    return merge(BEFORE_16H, sections)
 
 
 # name -> (overrides of the CURRENT defaults, description). The ablations change one factor of
@@ -59,19 +72,27 @@ VARIANTS = {
     "dedup_off_m1": (_old(buffer={"dedup": False, "recency_prob": 1.0}),
                      "no de-duplication, recency m = 1"),
     "capacity_8": (_old(buffer={"capacity_per_prompt": 8}), "8 rollouts kept per prompt (less replay)"),
-    "dedup_off_newest": ({"buffer": {"dedup": False, "recency_fallback": "newest",
-                                     "max_replay_ratio": 0.0}},
+    "dedup_off_newest": (_before(buffer={"dedup": False, "recency_fallback": "newest",
+                                              "max_replay_ratio": 0.0}),
                          "no de-duplication, and a recency slot with no fresh prompt left takes "
                          "the most recently refreshed one instead of a reward-mode draw (the "
                          "defaults before the replay bound)"),
-    "replay_1": ({"buffer": {"max_replay_ratio": 1.0}},
+    "replay_1": (_before(buffer={"max_replay_ratio": 1.0}),
                  "buffer.max_replay_ratio 1: the trainer waits for new data rather than train on "
-                 "more rows than the searchers generated (today's defaults)"),
-    "replay_1.25": ({"buffer": {"max_replay_ratio": 1.25}},
-                    "today's defaults with buffer.max_replay_ratio 1.25"),
-    "searchers_2": ({"async": {"num_searchers": 2}},
-                    "today's defaults with 2 searchers (3 processes on the 2 cores)"),
-    "m1_newest": ({"buffer": {"recency_prob": 1.0, "max_replay_ratio": 0.0}},
+                 "more rows than the searchers generated (the defaults before the fourth round)"),
+    "replay_1.25": (_before(buffer={"max_replay_ratio": 1.25}),
+                    "replay_1 with buffer.max_replay_ratio 1.25"),
+    "searchers_2": (_before(**{"async": {"num_searchers": 2}}),
+                    "replay_1 with 2 searchers (3 processes on the 2 cores)"),
+    "ref_trainer": (_before(**{"async": {"reference_pass": "trainer"}}),
+                    "replay_1 with the reference pass in the trainer (it drains the "
+                    "searcher's rollouts and scores them; the searcher only generates)"),
+    "m1": (_before(buffer={"recency_prob": 1.0}),
+           "replay_1 with recency m = 1: every batch takes the prompts refreshed since "
+           "the last sync (the newest, with the replay bound), no uniform replay draws"),
+    "ref_trainer_m1": ({}, "replay_1 with the reference pass in the trainer and recency m = 1 "
+                           "(today's defaults)"),
+    "m1_newest": (_before(buffer={"recency_prob": 1.0, "max_replay_ratio": 0.0}),
                   "dedup_off_newest with recency m = 1: every slot takes a prompt refreshed since "
                   "the last sync, or else the newest one (no reward-mode draws)"),
 }

@@ -15,11 +15,11 @@ prompts x K = 8 responses), temperature (0.6), response cap (40 tokens) and rewa
     (c) async TBA    TB with one searcher process overlapping the trainer (the kit's default)
     (d) async GRPO   GRPO on the same asynchronous pipeline, hence the same staleness
     (e) TRL GRPO     trl.GRPOTrainer (use_vllm off, gradient checkpointing off), see trl_grpo.py
-    (c1), (c0)       async TBA with ``buffer.max_replay_ratio`` 1 (the trainer waits for new
-                     data rather than train on more rows than the searcher generated; the
-                     default since 2026-12-01, so (c) is the same today) and 0 (no bound: the
-                     trainer replays the buffer as often as its speed allows, the default
-                     before); run only when named in ``--legs``
+    (c1), (c0)       async TBA with the defaults of the third round (recency m 0.8, the
+                     reference pass in the searcher) and ``buffer.max_replay_ratio`` 1 (the
+                     trainer waits for new data rather than train on more rows than the searcher
+                     generated) or 0 (no bound: the trainer replays the buffer as often as its
+                     speed allows, the default before); run only when named in ``--legs``
 
 With several seeds (``--seeds 0 1 2``; ``--seed S`` is one seed) the legs run seed-major
 (seed 0: a b c d e, then seed 1: a b c d e, ...), so a drift in machine load hits every leg alike.
@@ -63,10 +63,13 @@ LEGS = {
     "c": ("async TBA", {"algo": "tb", "async": {"mode": "async"}}),
     "d": ("async GRPO", {"algo": "grpo", "async": {"mode": "async"}}),
     "e": ("TRL GRPOTrainer", None),
-    "c1": ("async TBA, replay ratio <= 1", {"algo": "tb", "async": {"mode": "async"},
-                                            "buffer": {"max_replay_ratio": 1.0}}),
-    "c0": ("async TBA, no replay bound", {"algo": "tb", "async": {"mode": "async"},
-                                          "buffer": {"max_replay_ratio": 0.0}}),
+    # (c1) and (c0) as they ran on 2026-12-01T14:23: recency m 0.8, reference pass in the searcher
+    "c1": ("async TBA, replay ratio <= 1", {"algo": "tb", "async": {"mode": "async",
+                                                                    "reference_pass": "searcher"},
+                                            "buffer": {"max_replay_ratio": 1.0, "recency_prob": 0.8}}),
+    "c0": ("async TBA, no replay bound", {"algo": "tb", "async": {"mode": "async",
+                                                                  "reference_pass": "searcher"},
+                                          "buffer": {"max_replay_ratio": 0.0, "recency_prob": 0.8}}),
 }
 
 

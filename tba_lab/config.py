@@ -67,7 +67,7 @@ class TrainingConfig:
 @dataclass
 class BufferConfig:
     capacity_per_prompt: int = 32       # newest rollouts kept per prompt
-    recency_prob: float = 0.8           # m: probability of drawing from prompts refreshed since the last sync
+    recency_prob: float = 1.0           # m: probability of drawing from prompts refreshed since the last sync
     inv_temp: float = 0.0               # reward prioritisation softmax(inv_temp * r); 0 = uniform
     max_prompts: int = 256              # prompts remembered (least recently refreshed evicted); 0 = unbounded
     initial_fill: int = 256             # rollouts in the buffer before the first update (async)
@@ -85,6 +85,7 @@ class AsyncConfig:
     queue_size: int = 2                 # generation batches in flight between searchers and trainer
     searcher_threads: int = 0           # torch threads per searcher (0 = auto: 1 async, all cores sync)
     trainer_threads: int = 0            # torch threads for the trainer (0 = auto, as above)
+    reference_pass: str = "trainer"     # who scores rollouts under the reference policy: "trainer" (as it drains them into the buffer) or "searcher"
     searcher_timeout: float = 120.0     # seconds without a message before a searcher counts as hung (0 = never)
     max_restarts: int = 2               # restarts per failed searcher; then it is retired (run stops if none left)
     stale_batches: int = 3              # consecutive batches begun on old weights after a newer publish before a searcher counts as stalled (0 = never)
@@ -455,6 +456,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     check(a.sync_period >= 1, f"async.sync_period={a.sync_period}: must be >= 1")
     check(a.queue_size >= 1, "async.queue_size must be >= 1")
     check(a.searcher_threads >= 0 and a.trainer_threads >= 0, "thread counts must be >= 0")
+    check_choice(a.reference_pass, ("searcher", "trainer"), "async.reference_pass")
     check(a.searcher_timeout >= 0, f"async.searcher_timeout={a.searcher_timeout}: give seconds "
                                    f"(> 0), or 0 to never treat a silent searcher as hung")
     check(a.max_restarts >= 0, f"async.max_restarts={a.max_restarts}: must be >= 0")

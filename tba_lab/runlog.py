@@ -9,7 +9,9 @@ algorithm). Files in ``cfg.output_dir``:
   began, ``loss``, ``reward_mean`` of the batch, ``searcher_reward_mean`` of the newest
   rollouts, ``staleness_mean``/``staleness_max`` in updates, ``buffer_size``,
   ``samples_generated``, ``grad_norm``, ``lr``, ``wait_seconds`` (waiting for data before the
-  update), ``update_seconds``, the newest searcher batch's ``gen_seconds``/``score_seconds``,
+  update), ``reference_seconds`` (the trainer's reference pass on the batches drained since
+  the last update, ``async.reference_pass: trainer``; 0 otherwise; not part of
+  ``wait_seconds``), ``update_seconds``, the newest searcher batch's ``gen_seconds``/``score_seconds``,
   and the loss's own terms such as ``beta``, ``log_z``, ``kl``, ``clip_fraction``);
 * ``searchers.jsonl``: one object per generation batch received (``searcher_id``, ``version``,
   ``t_start``/``t_end``/``received`` in seconds since training began, ``trainer_step``,
@@ -137,6 +139,7 @@ class RunLog:
         self.searcher_timing: dict = {}  # gen/score seconds of the newest searcher batch
         self.t_start = time.time()
         self.t_free = self.t_start    # when the trainer last finished an update (wait_seconds)
+        self.reference_seconds = 0.0  # the trainer's reference pass since the last update
         self.next_eval = float("inf")
         self.bar = None
 
@@ -170,6 +173,11 @@ class RunLog:
         self.summary["wall_seconds"] = round(self.elapsed(), 1)
 
     # ----------------------------------------------------------------- messages
+    def reference_pass(self, seconds: float) -> None:
+        """The trainer spent ``seconds`` scoring drained rollouts under the reference policy
+        (``async.reference_pass: trainer``); logged with the next update."""
+        self.reference_seconds += seconds
+
     def received(self, batches: list, step: int) -> None:
         """:class:`~tba_lab.rollout.RolloutBatch` messages drained together while the trainer
         was at ``step``; ``searcher_reward_mean`` becomes their mean reward."""
@@ -222,9 +230,11 @@ class RunLog:
                "reward_mean": reward_mean, "staleness_mean": sum(staleness) / len(staleness),
                "staleness_max": max(staleness), "searcher_reward_mean": self.searcher_reward,
                "buffer_size": buffer_size, "samples_generated": self.samples,
-               "grad_norm": grad_norm, "lr": lr, "wait_seconds": round(t_ready - self.t_free, 4),
+               "grad_norm": grad_norm, "lr": lr,
+               "wait_seconds": round(max(0.0, t_ready - self.t_free - self.reference_seconds), 4),
+               "reference_seconds": round(self.reference_seconds, 4),
                "update_seconds": round(now - t_ready, 4), **self.searcher_timing, **info}
-        self.t_free = now
+        self.t_free, self.reference_seconds = now, 0.0
         if step % self.cfg.log_every == 0:
             self.metrics_f.write(json.dumps(row) + "\n")
             self.metrics_f.flush()

@@ -84,8 +84,10 @@ class _FreshDataLauncher(LocalLauncher):
 
     name = "fresh_data_test"
     seen_fresh = False
+    searchers_score_reference = None  # the last instance's spec.use_reference (read by a test)
 
     def poll(self, timeout=0.0):
+        type(self).searchers_score_reference = self.spec.use_reference
         msgs = super().poll(timeout)
         fresh = lambda ms: any(isinstance(m, SearcherFailed) or m.version >= 1 for m in ms)
         if (not self.seen_fresh and self.weights.version.value >= 1
@@ -109,7 +111,10 @@ def _logps(model, rollout, temperature):
     return lp[0]
 
 
-def test_async_run_outputs_and_searcher_uses_synced_weights(tmp_path):
+@pytest.mark.parametrize("reference_pass", ["searcher", "trainer"])
+def test_async_run_outputs_and_searcher_uses_synced_weights(tmp_path, reference_pass):
+    """...and the reference log-probs, whoever computes them (``async.reference_pass``), are
+    the frozen starting checkpoint's."""
     from transformers import AutoModelForCausalLM
 
     from tba_lab.trainer import train
@@ -117,9 +122,11 @@ def test_async_run_outputs_and_searcher_uses_synced_weights(tmp_path):
     torch.set_num_threads(1)
     steps = 6
     cfg = _config(tmp_path, training={"max_steps": steps},
-                  async_={"sync_period": 1, "launcher": "fresh_data_test"})
+                  async_={"sync_period": 1, "launcher": "fresh_data_test",
+                          "reference_pass": reference_pass})
     summary = train(cfg, progress=False)
     _assert_no_children()
+    assert _FreshDataLauncher.searchers_score_reference is (reference_pass == "searcher")
 
     # summary.json
     saved = json.loads((tmp_path / "summary.json").read_text())
@@ -142,6 +149,9 @@ def test_async_run_outputs_and_searcher_uses_synced_weights(tmp_path):
         assert 0 <= r["reward_mean"] <= 1
     assert max(r["staleness_max"] for r in rows) == saved["staleness_max"]
     assert rows[0]["staleness_max"] == 0  # the first update can only see version-0 data
+    # the trainer's reference pass is timed apart from waiting, and only when it is the trainer's
+    ref_seconds = [r["reference_seconds"] for r in rows]
+    assert (sum(ref_seconds) > 0) is (reference_pass == "trainer") and min(ref_seconds) >= 0
     evals = _read_jsonl(tmp_path / "eval.jsonl")
     assert evals[0]["step"] == 0 and evals[-1]["step"] == steps and evals[0]["n"] == 20
     assert evals[0]["accuracy"] == saved["accuracy_before"]

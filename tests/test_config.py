@@ -145,6 +145,7 @@ def test_missing_yaml_file(tmp_path):
     ({"async": {"mode": "sync", "num_searchers": 2}}, "async.num_searchers"),
     ({"async": {"mode": "lockstep"}}, "async.mode"),
     ({"async": {"sync_period": 0}}, "async.sync_period"),
+    ({"async": {"reference_pass": "learner"}}, "async.reference_pass"),
     ({"task": {"train_path": "/nonexistent/train.jsonl"}}, "task.train_path"),
     ({"task": {"test_path": "/nonexistent/test.jsonl"}}, "task.test_path"),
     ({"model": {"temperature": 0}}, "model.temperature"),

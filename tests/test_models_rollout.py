@@ -83,6 +83,27 @@ def test_batched_logprobs_match_per_sequence_loop(tiny, temperature):
         assert (logps[i, len(r):] == 0).all()
 
 
+def test_trainer_side_reference_pass_fills_only_missing_logprobs(tiny):
+    """``with_reference`` (async.reference_pass: trainer) gives each rollout without reference
+    log-probs the per-sequence loop's values, leaves the others as they are, and does not
+    change its input list."""
+    from tba_lab.buffer import Rollout
+    from tba_lab.rollout.collect import with_reference
+
+    model, tok, train = tiny
+    prompts = [tok(format_prompt(r["question"]))["input_ids"] for r in train[:2]]
+    rows = [(prompts[0], [7, 8, 9], None), (prompts[1], [10], None), (prompts[0], [7, 8, 9], None),
+            (prompts[1], [11, 12], [-1.0, -2.0])]
+    rollouts = [Rollout(prompt_id=0, prompt_ids=p, response_ids=r, reward=0.0, ref_token_logps=ref,
+                        behaviour_token_logps=[0.0] * len(r), version=0) for p, r, ref in rows]
+    out = with_reference(model, rollouts, tok.pad_token_id, 0.6)
+    for got, (p, r, ref) in zip(out[:3], rows):
+        torch.testing.assert_close(torch.tensor(got.ref_token_logps),
+                                   torch.tensor(_loop_logps(model, p, r, 0.6)), atol=1e-5, rtol=1e-5)
+    assert out[3].ref_token_logps == [-1.0, -2.0]
+    assert [r.ref_token_logps for r in rollouts] == [None, None, None, [-1.0, -2.0]]
+
+
 def test_sampler_logprobs_match_scoring(tiny):
     """The behaviour log-probs recorded at generation equal a fresh forward pass (ratio == 1)."""
     model, tok, train = tiny

@@ -85,3 +85,28 @@ def test_moving_average_and_knobs(tmp_path):
     assert cfg.max_minutes == pytest.approx(0.5)
     with pytest.raises(ValueError):
         knob_overrides(algo="ppo")
+
+
+def test_timeline_counts_the_trainers_reference_pass_as_busy(tmp_path):
+    """``reference_seconds`` (async.reference_pass: trainer) is drawn as trainer work just before
+    the update, apart from waiting, and is part of the measured update time the simulator is fed."""
+    import json
+
+    from tba_lab.lab.timeline import busy_fraction, load_timeline, run_measurements
+
+    (tmp_path / "config.yaml").write_text("async: {mode: async, sync_period: 1}\n")
+    rows = [{"step": 1, "wall_seconds": 1.0, "update_seconds": 0.2, "reference_seconds": 0.1,
+             "wait_seconds": 0.7},
+            {"step": 2, "wall_seconds": 2.0, "update_seconds": 0.2, "reference_seconds": 0.3,
+             "wait_seconds": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "searchers.jsonl").write_text(json.dumps(
+        {"searcher_id": 0, "t_start": 0.0, "t_end": 0.9, "gen_seconds": 0.8, "score_seconds": 0.1,
+         "version": 0}) + "\n")
+    (tmp_path / "summary.json").write_text(json.dumps({"wall_seconds": 2.0, "trainer_steps": 2}))
+    tl = load_timeline(tmp_path)
+    flat = lambda spans: [t for span in spans for t in span]
+    assert flat(tl["trainer"]["update"]) == pytest.approx([0.7, 1.0, 1.5, 2.0])
+    assert flat(tl["trainer"]["wait"]) == pytest.approx([0.0, 0.7, 1.0, 1.5])
+    assert busy_fraction(tl["trainer"]["update"], (0.0, 2.0)) == pytest.approx(0.4)
+    assert run_measurements(tmp_path)["update_seconds"] == pytest.approx(0.4)  # median of 0.3, 0.5

@@ -119,7 +119,8 @@ class LocalLauncher:
     Args:
         cfg: the :class:`~tba_lab.config.RunConfig`.
         model: the trainer's policy (defines the shared weight buffer).
-        use_reference: whether searchers compute reference log-probs (the loss reads them).
+        use_reference: whether searchers compute reference log-probs (the loss reads them and
+            ``async.reference_pass`` is ``searcher``; else the trainer does or nobody needs them).
     """
     name = "local"
 

@@ -1,14 +1,15 @@
 """The searcher (actor) loop: pull weights, roll out, push (docs/design.md sec. 2).
 
-A searcher holds a possibly stale copy of the policy (inside its generation backend) and the
-frozen reference policy. Each iteration it
+A searcher holds a possibly stale copy of the policy (inside its generation backend) and,
+with ``async.reference_pass: searcher``, the frozen reference policy. Each iteration it
   1. pulls new weights if the trainer published since the last iteration (the weight channel
      of :mod:`tba_lab.actors.weights`) and hands them to ``backend.load_weights``,
   2. takes the next ``num_prompts_per_step`` problems of the task's train split (a seeded pass,
      reshuffled each epoch, so it never runs out of prompts),
   3. calls :func:`tba_lab.rollout.rollout`: K = ``num_generations`` responses per prompt with
      the behaviour log-probs the backend sampled with, the task's rewards, and reference
-     log-probs (skipped, None, when the loss reads none: GRPO at beta 0),
+     log-probs (None when the trainer computes them, the default, or the loss reads none:
+     GRPO at beta 0),
   4. puts the :class:`~tba_lab.rollout.RolloutBatch`, tagged with the policy version, on the
      queue; ``put`` uses a timeout in a loop so a stop request is always seen.
 
@@ -59,7 +60,7 @@ class SearcherSpec:
     cfg: object                 # the run's RunConfig
     task_cls: type              # tba_lab.registry.TASKS entry of cfg.task.name
     backend_cls: type           # tba_lab.registry.BACKENDS entry of cfg.model.backend
-    use_reference: bool         # compute reference log-probs (the algorithm reads them)
+    use_reference: bool         # compute reference log-probs (the algorithm reads them and async.reference_pass is "searcher")
     visible_devices: dict = field(default_factory=dict)  # searcher id -> CUDA_VISIBLE_DEVICES value (set by a local launcher)
 
     @classmethod

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tba_lab.lab.timeline import trainer_seconds
 from tba_lab.runlog import read_jsonl_rows
 
 # ----------------------------------------------------------------------------------------------
@@ -391,7 +392,8 @@ def run_timings(run_dir: str | Path) -> dict:
     Returns:
         a dict with the keys of notebook 04's ``measured.json`` rows (``mode``,
         ``sync_period``, ``num_searchers``, ``gen_seconds``, ``score_seconds``,
-        ``update_seconds`` (medians, seconds), ``updates_per_minute`` (``summary.json``'s:
+        ``update_seconds`` (medians, seconds; the trainer's reference pass, when it does it,
+        counts in ``update_seconds``), ``updates_per_minute`` (``summary.json``'s:
         updates over ``wall_seconds``, which also counts stopping the searchers),
         ``staleness_mean``, ``staleness_max``) plus ``wall_seconds``, ``budget_seconds``
         (``max_minutes`` * 60, or the last update's time when ``max_steps`` ended the run),
@@ -432,7 +434,7 @@ def run_timings(run_dir: str | Path) -> dict:
         "mode": a["mode"], "sync_period": a["sync_period"], "num_searchers": a["num_searchers"],
         "gen_seconds": med([b["gen_seconds"] for b in batches]),
         "score_seconds": med([b["score_seconds"] for b in batches]),
-        "update_seconds": med([m["update_seconds"] for m in metrics]),
+        "update_seconds": med([trainer_seconds(m) for m in metrics]),  # + its reference pass
         "updates_per_minute": float(summary.get("updates_per_minute")
                                     or 60 * summary["trainer_steps"] / wall),
         "staleness_mean": summary["staleness_mean"], "staleness_max": summary["staleness_max"],

@@ -8,8 +8,11 @@ Reads what :func:`tba_lab.trainer.train` writes:
   with, and ``trainer_step`` (trainer updates done when the trainer drained it from the queue);
 * ``metrics.jsonl``: one row per trainer update, ending at ``wall_seconds`` and lasting
   ``update_seconds`` (loss, backward, optimizer step and, every k updates, the weight publish);
-  ``wait_seconds`` is the time between the previous update's end and this one's start
-  (draining the queue, sampling the replay buffer, or waiting for data);
+  ``reference_seconds`` is the trainer's reference pass on the batches it drained since the
+  previous update (``async.reference_pass: trainer``), drawn as busy just before the update
+  (it ran somewhere in the gap); ``wait_seconds`` is the rest of the gap between the previous
+  update's end and this one's start (draining the queue, sampling the replay buffer, or
+  waiting for data);
 * ``config.yaml`` (mode and sync period k) and ``summary.json``.
 
 All times are **seconds since training began** (the trainer's clock starts after the
@@ -17,7 +20,8 @@ evaluation before training; the searchers start earlier, so their first batch ca
 negative time).
 
 Functions: :func:`load_timeline`, :func:`plot_timeline`, :func:`busy_fraction`,
-:func:`fresh_staleness_max`, :func:`arrival_lags`, :func:`run_measurements`.
+:func:`fresh_staleness_max`, :func:`arrival_lags`, :func:`run_measurements`,
+:func:`trainer_seconds`.
 """
 from __future__ import annotations
 
@@ -39,6 +43,12 @@ def _config(run_dir: Path) -> dict:
     import yaml
 
     return yaml.safe_load(path.read_text()) or {}
+
+
+def trainer_seconds(row: dict) -> float:
+    """Seconds the trainer worked on one update of ``metrics.jsonl``: ``update_seconds`` plus
+    ``reference_seconds`` (its reference pass, 0 or absent when the searchers do it)."""
+    return row.get("update_seconds", 0.0) + row.get("reference_seconds", 0.0)
 
 
 def load_timeline(run_dir) -> dict:
@@ -75,8 +85,8 @@ def load_timeline(run_dir) -> dict:
     publish = []
     for m in read_jsonl_rows(run_dir / "metrics.jsonl"):
         end = m["wall_seconds"]
-        start = end - m.get("update_seconds", 0.0)
-        trainer["update"].append((start, end))
+        start = end - trainer_seconds(m)
+        trainer["update"].append((start, end))  # the reference pass counts as busy
         trainer["wait"].append((start - m.get("wait_seconds", 0.0), start))
         trainer["step"].append(int(m["step"]))
         if int(m["step"]) % k == 0:
@@ -161,7 +171,7 @@ def run_measurements(run_dir) -> dict:
     Returns:
         dict with ``mode``, ``sync_period``, ``num_searchers``, ``gen_seconds``,
         ``score_seconds`` (medians per generation batch), ``update_seconds`` (median per trainer
-        update), ``updates_per_minute``, ``staleness_mean``, ``staleness_max`` (from
+        update, its reference pass included: :func:`trainer_seconds`), ``updates_per_minute``, ``staleness_mean``, ``staleness_max`` (from
         ``summary.json``), plus ``batch_prompts``, ``group_size``, ``searcher_threads``,
         ``trainer_threads`` (the torch threads each process used), ``trainer_steps`` and
         ``wall_seconds``.
@@ -183,7 +193,7 @@ def run_measurements(run_dir) -> dict:
     return {"mode": mode, "sync_period": int(a.get("sync_period", 1)),
             "num_searchers": int(a.get("num_searchers", 1)),
             "gen_seconds": med(batches, "gen_seconds"), "score_seconds": med(batches, "score_seconds"),
-            "update_seconds": med(updates, "update_seconds"),
+            "update_seconds": round(statistics.median(map(trainer_seconds, updates)), 4) if updates else None,
             "updates_per_minute": summary.get("updates_per_minute"),
             "staleness_mean": summary.get("staleness_mean"),
             "staleness_max": summary.get("staleness_max"),
@@ -230,7 +240,7 @@ def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legen
 
     labels = ["trainer"]
     bars(tl["trainer"]["wait"], 0, "0.85", edgecolor="0.6", hatch="//", linewidth=0.3)
-    bars(tl["trainer"]["update"], 0, "C0", edgecolor="white", linewidth=0.3)
+    bars(tl["trainer"]["update"], 0, "C0", edgecolor="white", linewidth=0.3)  # + reference pass
     pubs = [t for t in tl["publish"] if t0 <= t <= t1]
     if pubs:
         ax.vlines(pubs, -0.45, 0.45, colors="k", linewidth=0.8)
@@ -246,11 +256,11 @@ def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legen
     ax.grid(axis="x", alpha=0.3)
     if not legend:
         return ax
-    ax.legend(handles=[Patch(color="C0", label="trainer update"),
+    ax.legend(handles=[Patch(color="C0", label="trainer update (and its reference pass)"),
                        Patch(facecolor="0.85", edgecolor="0.6", hatch="//",
                              label="trainer between updates (drain, sample, wait)"),
                        Patch(color="C1", label="searcher generation"),
-                       Patch(color="C2", label="searcher scoring (reward + ref log-probs)"),
+                       Patch(color="C2", label="searcher scoring (reward; ref log-probs when it does them)"),
                        plt.Line2D([], [], color="k", linewidth=0.8, label="weights published")],
               loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(labels) < 3 else -0.25),
               ncol=3, fontsize=8, frameon=False)

@@ -75,7 +75,7 @@ def read_run(run_dir: str | Path) -> dict:
 
 def knob_overrides(algo: str = "tb", beta: float = 0.1, beta_final: float | None = None,
                    beta_anneal_steps: int = 0, learning_rate: float = 5e-5,
-                   num_generations: int = 8, recency_prob: float = 0.8, inv_temp: float = 0.0,
+                   num_generations: int = 8, recency_prob: float = 1.0, inv_temp: float = 0.0,
                    sync_period: int = 1, num_searchers: int = 1, mode: str = "async",
                    max_steps: int = 0) -> dict:
     """Nested config overrides (for :func:`tba_lab.config.from_dict`) from the explorer's knobs.
@@ -461,7 +461,7 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60,
     lr = W.SelectionSlider(options=_options(_LEARNING_RATES), value=5e-5, description="learning rate",
                            style=style, layout=lay)
     k_gen = W.IntSlider(value=8, min=2, max=16, description="K (num_generations)", style=style, layout=lay)
-    m = W.FloatSlider(value=0.8, min=0.0, max=1.0, step=0.05, description="m (recency_prob)",
+    m = W.FloatSlider(value=1.0, min=0.0, max=1.0, step=0.05, description="m (recency_prob)",
                       style=style, layout=lay)
     inv_temp = W.FloatSlider(value=0.0, min=0.0, max=10.0, step=0.5, description="inv_temp",
                              style=style, layout=lay)

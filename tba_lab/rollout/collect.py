@@ -7,6 +7,7 @@ It returns a :class:`RolloutBatch`, which is also the message a searcher sends t
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -87,6 +88,43 @@ def _score(task, problems: list, completions: list[str]) -> list[float]:
     return rewards
 
 
+@torch.no_grad()
+def reference_logprobs(reference, prompts: list[list[int]], responses: list[list[int]],
+                       pad_id: int, temperature: float) -> list[list[float]]:
+    """Per-token log pi_ref(y_t | x, y_<t) of each response, at the sampling temperature
+    (docs/design.md sec. 1): the reference pass, wherever it runs (``async.reference_pass``:
+    in the searcher's :func:`rollout`, or in the trainer as it drains the searchers' messages).
+
+    Args:
+        reference: the frozen reference policy (a causal LM).
+        prompts, responses: N token-id lists each (no padding; responses non-empty).
+        pad_id: the tokenizer's pad id; temperature: the sampling temperature (> 0).
+    Returns:
+        N lists of floats, ``len(responses[n])`` each (CPU, ready for a message or the buffer).
+    Raises:
+        ValueError: the lists differ in length, or a prompt or every response is empty.
+    """
+    ref, _ = response_logprobs(reference, prompts, responses, pad_id, temperature)  # (N, R)
+    ref = ref.cpu()  # one transfer, not one per row
+    return [ref[n, :len(r)].tolist() for n, r in enumerate(responses)]
+
+
+def with_reference(reference, rollouts: list[Rollout], pad_id: int,
+                   temperature: float) -> list[Rollout]:
+    """``rollouts`` with :func:`reference_logprobs` filled in where they carry none (the
+    trainer's reference pass, ``async.reference_pass: trainer``); one batched pass, in which
+    repeated (prompt, response) pairs are scored once (:func:`response_logprobs`)."""
+    todo = [n for n, r in enumerate(rollouts) if r.ref_token_logps is None]
+    if not todo:
+        return rollouts
+    ref = reference_logprobs(reference, [rollouts[n].prompt_ids for n in todo],
+                             [rollouts[n].response_ids for n in todo], pad_id, temperature)
+    out = list(rollouts)
+    for n, logps in zip(todo, ref):
+        out[n] = dataclasses.replace(rollouts[n], ref_token_logps=logps)
+    return out
+
+
 def rollout(backend, task, problems: list, num_generations: int, temperature: float,
             max_new_tokens: int, reference=None, version: int = 0,
             problem_ids: list[int] | None = None) -> RolloutBatch:
@@ -143,17 +181,13 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
         warnings.warn(f"task {task.name!r}: {B * K - len(keep)} of {B * K} rewards are non-finite "
                       f"(NaN or inf); those rows are dropped (never trained on); fix the reward "
                       f"function to return finite floats", RuntimeWarning, stacklevel=2)
-    ref = None
+    ref = [None] * len(keep)
     if reference is not None and keep:
-        with torch.no_grad():
-            ref, _ = response_logprobs(reference, [prompt_ids[rows[j]] for j in keep],
-                                       [responses[j] for j in keep], tokenizer.pad_token_id,
-                                       temperature)  # (len(keep), R), rows as in keep
-        ref = ref.cpu()  # the message carries lists; one transfer, not one per row
+        ref = reference_logprobs(reference, [prompt_ids[rows[j]] for j in keep],
+                                 [responses[j] for j in keep], tokenizer.pad_token_id, temperature)
     now = time.time()
     rollouts = [Rollout(prompt_id=ids[rows[j]], prompt_ids=prompt_ids[rows[j]],
-                        response_ids=responses[j], reward=rewards[j],
-                        ref_token_logps=None if ref is None else ref[n, :len(responses[j])].tolist(),
+                        response_ids=responses[j], reward=rewards[j], ref_token_logps=ref[n],
                         behaviour_token_logps=behaviour[j], version=version, created=now)
                 for n, j in enumerate(keep)]
     return RolloutBatch(rollouts=rollouts, completions=[completions[j] for j in keep],
