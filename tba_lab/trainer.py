@@ -338,7 +338,7 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
             step = _restore(state, policy, optimizer, algorithm, buffer)
         launcher_cfg = cfg if state is None else replace(  # new searcher seeds after a resume
             cfg, seed=cfg.seed + 100_003 * (state["log"]["summary"].get("resumes", 0) + 1))
-        score_reference = None  # the reference pass runs in the searchers unless...
+        score_reference = None  # None: the searchers do the reference pass, or no loss reads it
         if algorithm.needs_reference() and cfg.async_.reference_pass == "trainer":
             reference = load_policy(cfg.model.path)[0].to(device).eval()
             score_reference = functools.partial(with_reference, reference,

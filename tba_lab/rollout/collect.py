@@ -91,8 +91,9 @@ def _score(task, problems: list, completions: list[str]) -> list[float]:
 @torch.no_grad()
 def reference_logprobs(reference, prompts: list[list[int]], responses: list[list[int]],
                        pad_id: int, temperature: float) -> list[list[float]]:
-    """Per-token log pi_ref(y_t | x, y_<t) of each response, at the sampling temperature
-    (docs/design.md sec. 1): the reference pass, wherever it runs (``async.reference_pass``:
+    """Per-token log pi_ref(y_t | x, y_<t) of each response, at the sampling temperature (the
+    pi_ref of the paper's Eq. 2, summed over tokens in the TB loss, Eq. 5; docs/design.md
+    sec. 1): the reference pass, wherever it runs (``async.reference_pass``:
     in the searcher's :func:`rollout`, or in the trainer as it drains the searchers' messages).
 
     Args:
@@ -113,7 +114,14 @@ def with_reference(reference, rollouts: list[Rollout], pad_id: int,
                    temperature: float) -> list[Rollout]:
     """``rollouts`` with :func:`reference_logprobs` filled in where they carry none (the
     trainer's reference pass, ``async.reference_pass: trainer``); one batched pass, in which
-    repeated (prompt, response) pairs are scored once (:func:`response_logprobs`)."""
+    repeated (prompt, response) pairs are scored once (:func:`response_logprobs`).
+
+    Returns:
+        a new list of the same length and order (rollouts that needed log-probs replaced by
+        copies carrying them; ``rollouts`` itself is not changed).
+    Raises:
+        ValueError: as :func:`reference_logprobs` (an empty prompt or response).
+    """
     todo = [n for n, r in enumerate(rollouts) if r.ref_token_logps is None]
     if not todo:
         return rollouts
