@@ -8,13 +8,16 @@ defaults the kit had before this study (a de-duplicating buffer, ``buffer.dedup:
 recency slots fell back to reward mode, ``buffer.recency_fallback: reward``); ``dedup_off`` is
 the first fix, ``dedup_off_newest`` the second (the defaults until the replay bound),
 ``replay_1`` the replay bound (``buffer.max_replay_ratio: 1``, the defaults of the third
-round), ``ref_trainer_m1`` today's defaults (the bound, the reference pass in the trainer,
-``async.reference_pass: trainer``, and recency m = 1), ``sync_tb`` the synchronous on-policy
-reference. The README's tables are ``--variants sync_tb base dedup_off recency_0 fill_1024
+round), ``ref_trainer_m1`` the fourth round's (the bound, the reference pass in the trainer,
+``async.reference_pass: trainer``, and recency m = 1), ``wait_room`` today's (a searcher waits
+for room in a queue of one batch before it generates: ``async.wait_for_room``,
+``async.queue_size: 1``), ``sync_tb`` the synchronous on-policy reference. The README's tables are ``--variants sync_tb base dedup_off recency_0 fill_1024
 sync_period_4 lr_3e-5 threads_2 capacity_8`` and ``--variants dedup_off dedup_off_newest
 dedup_off_m1``, both ``--minutes 1.5``, then ``--variants sync_tb dedup_off_newest m1_newest``
 and ``--variants sync_tb replay_1 replay_1.25``, then ``--variants sync_tb replay_1
-ref_trainer`` and ``--variants sync_tb ref_trainer m1 ref_trainer_m1``, all ``--minutes 1``.
+ref_trainer``, ``--variants sync_tb ref_trainer m1 ref_trainer_m1``, ``--variants sync_tb
+ref_trainer_m1 queue_1 fill_128_today`` and ``--variants sync_tb ref_trainer_m1 wait_room``, all
+``--minutes 1``.
 Every run uses the same seed list, the first ``--eval-size`` held-out problems (greedy) every ``--eval-every`` seconds of its
 budget, and runs alone, one after another, in this process. Accuracy at the checkpoints
 (15 s, 30 s, ...) is INTERPOLATED linearly between the measured evaluations (each logged with
@@ -43,16 +46,24 @@ OLD = {"buffer": {"dedup": True, "recency_fallback": "reward", "max_replay_ratio
 # the two defaults changed after the fourth round (2026-12-01T16): recency m 0.8 and the reference
 # pass in the searcher; every variant measured before then pins them
 BEFORE_16H = {"buffer": {"recency_prob": 0.8}, "async": {"reference_pass": "searcher"}}
+# the searcher's rule before the fifth round (2026-12-01T20): generate, then block on a full queue
+# of two batches; every variant measured before then pins it
+BEFORE_20H = {"async": {"queue_size": 2, "wait_for_room": False}}
 
 
 def _old(**sections) -> dict:
     """The old defaults with ``sections`` changed (nested merge, ``sections`` win)."""
-    return merge(merge(BEFORE_16H, OLD), sections)
+    return merge(merge(merge(BEFORE_20H, BEFORE_16H), OLD), sections)
 
 
 def _before(**sections) -> dict:
     """The defaults before the fourth round with ``sections`` changed."""
-    return merge(BEFORE_16H, sections)
+    return merge(merge(BEFORE_20H, BEFORE_16H), sections)
+
+
+def _fourth(**sections) -> dict:
+    """The defaults of the fourth round (before the fifth) with ``sections`` changed."""
+    return merge(BEFORE_20H, sections)
 
 
 # name -> (overrides of the CURRENT defaults, description). The ablations change one factor of
@@ -90,8 +101,15 @@ VARIANTS = {
     "m1": (_before(buffer={"recency_prob": 1.0}),
            "replay_1 with recency m = 1: every batch takes the prompts refreshed since "
            "the last sync (the newest, with the replay bound), no uniform replay draws"),
-    "ref_trainer_m1": ({}, "replay_1 with the reference pass in the trainer and recency m = 1 "
-                           "(today's defaults)"),
+    "ref_trainer_m1": (_fourth(), "replay_1 with the reference pass in the trainer and recency "
+                                  "m = 1 (the fourth round's defaults)"),
+    "queue_1": (_fourth(**{"async": {"queue_size": 1}}),
+                "ref_trainer_m1 with a queue of one batch per searcher (async.queue_size 1; "
+                "the searcher still generates first, then blocks)"),
+    "fill_128_today": (_fourth(buffer={"initial_fill": 128}),
+                       "ref_trainer_m1 with an initial fill of one batch (128 rollouts)"),
+    "wait_room": ({}, "ref_trainer_m1 with the searcher waiting for room in a queue of one "
+                      "batch BEFORE it generates (today's defaults)"),
     "m1_newest": (_before(buffer={"recency_prob": 1.0, "max_replay_ratio": 0.0}),
                   "dedup_off_newest with recency m = 1: every slot takes a prompt refreshed since "
                   "the last sync, or else the newest one (no reward-mode draws)"),

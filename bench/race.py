@@ -20,6 +20,9 @@ prompts x K = 8 responses), temperature (0.6), response cap (40 tokens) and rewa
                      trainer waits for new data rather than train on more rows than the searcher
                      generated) or 0 (no bound: the trainer replays the buffer as often as its
                      speed allows, the default before); run only when named in ``--legs``
+    (c2)             async TBA with the fourth round's defaults: the searcher generates first
+                     and then blocks on a full queue of two batches (``async.wait_for_room``
+                     false, ``queue_size`` 2); also only when named
 
 With several seeds (``--seeds 0 1 2``; ``--seed S`` is one seed) the legs run seed-major
 (seed 0: a b c d e, then seed 1: a b c d e, ...), so a drift in machine load hits every leg alike.
@@ -57,19 +60,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tba_lab.lab.experiments.common import time_to_target  # noqa: E402  (linear interpolation)
 
+# the searcher's rule before 2026-12-01T20: generate, then block on a full queue of two batches
+BLOCK_AT_PUT = {"queue_size": 2, "wait_for_room": False}
 LEGS = {
     "a": ("sync GRPO", {"algo": "grpo", "async": {"mode": "sync"}}),
     "b": ("sync TB", {"algo": "tb", "async": {"mode": "sync"}}),
     "c": ("async TBA", {"algo": "tb", "async": {"mode": "async"}}),
     "d": ("async GRPO", {"algo": "grpo", "async": {"mode": "async"}}),
     "e": ("TRL GRPOTrainer", None),
-    # (c1) and (c0) as they ran on 2026-12-01T14:23: recency m 0.8, reference pass in the searcher
+    # (c1) and (c0) as they ran on 2026-12-01T14:23: recency m 0.8, reference pass in the searcher,
+    # and the searcher generating first, then blocking on a full queue of two batches
     "c1": ("async TBA, replay ratio <= 1", {"algo": "tb", "async": {"mode": "async",
-                                                                    "reference_pass": "searcher"},
+                                                                    "reference_pass": "searcher",
+                                                                    **BLOCK_AT_PUT},
                                             "buffer": {"max_replay_ratio": 1.0, "recency_prob": 0.8}}),
     "c0": ("async TBA, no replay bound", {"algo": "tb", "async": {"mode": "async",
-                                                                  "reference_pass": "searcher"},
+                                                                  "reference_pass": "searcher",
+                                                                  **BLOCK_AT_PUT},
                                           "buffer": {"max_replay_ratio": 0.0, "recency_prob": 0.8}}),
+    # (c2) as (c) ran on 2026-12-01T16:47, before the searcher waited for room in its queue
+    "c2": ("async TBA, searcher blocks at the put", {"algo": "tb", "async": {"mode": "async",
+                                                                           **BLOCK_AT_PUT}}),
 }
 
 
@@ -205,7 +216,7 @@ def goal(agg: dict, ticks: list[float]) -> dict:
     """The goal on the means over seeds: async TBA (c) at or above sync TB (b) at every
     checkpoint from the first on, the end included (``c_at_or_above_b``), and (c) the fastest leg
     to the target (``c_fastest_to_target``: (c) reached it in every seed and its mean time is at
-    most every other leg's, the five legs of the goal ((c1) and (c0) are variants of (c), not
+    most every other leg's, the five legs of the goal ((c1), (c0) and (c2) are variants of (c), not
     rivals); a leg that missed it in some seed counts as slower). ``met`` is both.
     Each is None when leg (b) or (c) did not run; ``c_minus_b`` gives the differences."""
     if "b" not in agg or "c" not in agg:

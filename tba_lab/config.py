@@ -82,7 +82,8 @@ class AsyncConfig:
     launcher: str = "local"             # how searchers run (tba_lab.registry.LAUNCHERS)
     num_searchers: int = 1              # searcher processes
     sync_period: int = 1                # k: publish weights every k trainer updates (sync forces 1)
-    queue_size: int = 2                 # generation batches in flight between searchers and trainer
+    queue_size: int = 1                 # batches a searcher may leave untaken by the trainer (its queue's size)
+    wait_for_room: bool = True          # a searcher waits for room in its queue BEFORE it generates (fresh data 1 version stale); false: generates, then blocks on a full queue
     searcher_threads: int = 0           # torch threads per searcher (0 = auto: 1 async, all cores sync)
     trainer_threads: int = 0            # torch threads for the trainer (0 = auto, as above)
     reference_pass: str = "trainer"     # who scores rollouts under the reference policy: "trainer" (as it drains them into the buffer) or "searcher"

@@ -285,3 +285,76 @@ def test_stop_event_ends_a_threaded_run_early_and_saves(tmp_path):
     assert 2 <= result["trainer_steps"] < 10_000 and result["interrupted"] is False
     assert json.loads((tmp_path / "summary.json").read_text())["trainer_steps"] == result["trainer_steps"]
     assert (tmp_path / "policy").is_dir() and (tmp_path / "buffer.pt").is_file()
+
+
+def test_a_searcher_waits_for_room_before_it_generates():
+    """``wait_for_room`` (called before every batch, then the weights are pulled) returns only
+    once the trainer took the batch that filled the queue, and gives up when stop is set; a
+    batch is then never generated to wait behind a full queue (README, "Fifth round")."""
+    import threading
+
+    from tba_lab.actors.searcher import wait_for_room
+
+    ctx = multiprocessing.get_context("spawn")
+    q, stop = ctx.Queue(maxsize=1), ctx.Event()
+    q.put("batch 0")
+    while not q.full():  # the put is counted at once; wait for it anyway on a slow machine
+        time.sleep(0.001)
+    result, returned_at = [], []
+    waiter = threading.Thread(target=lambda: (result.append(wait_for_room(q, stop)),
+                                              returned_at.append(time.time())))
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive() and not result, "it did not wait while the queue was full"
+    taken_at = time.time()
+    assert q.get(timeout=5) == "batch 0"
+    waiter.join(timeout=5)
+    assert result == [True] and returned_at[0] - taken_at < 0.1  # sleeps of at most 10 ms
+    q.put("batch 1")
+    while not q.full():
+        time.sleep(0.001)
+    stopper = threading.Timer(0.2, stop.set)
+    stopper.start()
+    assert wait_for_room(q, stop) is False
+    q.get(timeout=5)
+    q.close()
+
+
+def test_the_searcher_loop_pulls_and_generates_only_when_its_queue_has_room(tmp_path):
+    """The real loop, in a thread, with a queue of one batch that nobody drains: it pulls and
+    generates exactly one batch, then waits; once the batch is taken it pulls again (so the
+    next batch starts from the newest weights) and fills the queue once more."""
+    import threading
+
+    from tba_lab.actors.searcher import SearcherSpec, _loop
+
+    cfg = _config(tmp_path, **{"async": {"queue_size": 1}})
+    pulls = []
+
+    class Weights:  # the weight channel: never new weights, every pull recorded
+        def pull(self, have_version):
+            pulls.append(time.time())
+            return 0, None
+
+    ctx = multiprocessing.get_context("spawn")
+    q, stop = ctx.Queue(maxsize=1), threading.Event()
+    threads = torch.get_num_threads()
+    loop = threading.Thread(target=_loop, args=(0, SearcherSpec.from_config(cfg, False),
+                                                Weights(), q, stop, 0))
+    loop.start()
+    try:
+        deadline = time.time() + 120
+        while not q.full():  # the first batch is in the queue; the trainer does not take it
+            assert time.time() < deadline and loop.is_alive(), "no first batch"
+            time.sleep(0.01)
+        time.sleep(1.5)  # several generation times of this tiny batch
+        assert len(pulls) == 1, f"{len(pulls)} pulls (batches begun) while the queue was full"
+        assert q.get(timeout=5).version == 0
+        second = q.get(timeout=120)  # a new batch once there was room
+        assert len(pulls) == 2 and len(second.rollouts) == 4 * 4
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+        torch.set_num_threads(threads)
+        q.close()
+    assert not loop.is_alive()

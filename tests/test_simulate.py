@@ -39,8 +39,35 @@ def test_async_rates_with_and_without_contention():
 def test_full_queue_blocks_searchers():
     r = simulate(0.05, 0.0, 0.5, num_searchers=4, cores=None, queue_size=2, duration=60)
     assert min(r.blocked_fraction) > 0.5
-    # at most queue_size + num_searchers batches can arrive per update
-    assert r.batches <= (r.updates + 1) * (2 + 4)
+    # each searcher waits for room before it generates: at most queue_size batches of each
+    # searcher reach the trainer per drain (one drain per update)
+    assert r.batches <= (r.updates + 1) * 2 * 4
+
+
+def test_waiting_for_room_keeps_fresh_data_one_version_old_when_the_two_sides_keep_pace():
+    """Trainer and searcher equally fast, the replay bound on, every batch from the freshest
+    rollouts (m = 1): a searcher that may leave one batch untaken generates each batch from the
+    weights published just before the trainer takes the previous one (staleness 1, the
+    searcher never blocked); with room for two, the backlog the initial fill of two batches
+    starts never drains: each batch waits a whole update and is trained on two versions later,
+    at the same rate (the README's fifth round, measured)."""
+    kw = dict(cores=None, duration=60, recency_prob=1.0, max_replay_ratio=1.0, initial_fill=256)
+    one = simulate(0.4, 0.0, 0.4, queue_size=1, **kw)
+    two = simulate(0.4, 0.0, 0.4, queue_size=2, **kw)
+    assert one.staleness_mean == pytest.approx(1.0, abs=0.05)
+    assert two.staleness_mean == pytest.approx(2.0, abs=0.05)
+    assert one.steady_updates_per_minute == pytest.approx(two.steady_updates_per_minute, rel=0.02)
+    assert one.blocked_fraction[0] < 0.05
+
+
+def test_replay_bound_makes_the_simulated_trainer_wait_for_data():
+    """rho = 1: the trainer trains on no more rows than were generated, so a trainer twice as
+    fast as its searcher makes one update per batch; with no bound (rho = 0) it replays."""
+    free = simulate(0.6, 0.0, 0.3, cores=None, duration=60, max_replay_ratio=0.0)
+    bound = simulate(0.6, 0.0, 0.3, cores=None, duration=60, max_replay_ratio=1.0)
+    assert free.steady_updates_per_minute == pytest.approx(200.0, rel=1e-6)
+    assert bound.steady_updates_per_minute == pytest.approx(100.0, rel=0.02)
+    assert bound.updates <= bound.batches
 
 
 def test_staleness_grows_with_sync_period_and_publish_cost_favours_large_k():

@@ -16,7 +16,8 @@ inside, its GPU is ``cuda:0``. Several searchers may share one GPU.
 Processes use the ``spawn`` start method (safe with threads and, later, CUDA); their entry point
 lives in the package (:func:`tba_lab.actors.searcher.searcher_main`), never in a notebook cell.
 
-Each searcher has its OWN queue of ``async.queue_size`` batches. A process killed in the middle
+Each searcher has its OWN queue of ``async.queue_size`` batches, and waits for room in it before
+it generates (:func:`~tba_lab.actors.searcher.wait_for_room`). A process killed in the middle
 of writing a message (SIGKILL, the OOM killer) can leave a half message in its pipe and its
 queue's write lock held; with one shared queue that would block every other searcher and the
 trainer for good. With one queue each, only the dead searcher's queue is affected and it is

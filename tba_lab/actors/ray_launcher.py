@@ -20,7 +20,9 @@ runs. Each searcher is a Ray actor that runs the unchanged searcher loop
   launcher needs a queue per searcher because a killed process can leave half a message in its
   pipe; here a put is one remote call to the queue actor, which either arrives whole or not at
   all, so one queue (one process) is enough. Its ``put(msg, timeout=)`` raises ``queue.Full``
-  (Ray's ``Full`` subclasses it), as the loop expects.
+  (Ray's ``Full`` subclasses it), as the loop expects. The loop's wait for room before a batch
+  (``full()``, one remote call per check, at most every 10 ms) then waits for room in the
+  shared queue: with ``queue_size`` 1, about one untaken batch per searcher, not one each.
 * ``stop``: a ``threading.Event`` inside the actor (``ray.kill`` ends it anyway).
 
 The actors are threaded (``max_concurrency=2``): one thread runs the loop (the ``run`` call),

@@ -2,6 +2,11 @@
 
 A searcher holds a possibly stale copy of the policy (inside its generation backend) and,
 with ``async.reference_pass: searcher``, the frozen reference policy. Each iteration it
+  0. waits until its queue has room (:func:`wait_for_room`; ``async.queue_size`` batches not
+     yet taken by the trainer fill it), so that the batch it is about to generate carries the
+     weights published last before the trainer can take it, rather than waiting, generated and
+     aging, behind a full queue (``async.wait_for_room: false`` skips this step: the rule before
+     the fifth round of the README's first-minute study),
   1. pulls new weights if the trainer published since the last iteration (the weight channel
      of :mod:`tba_lab.actors.weights`) and hands them to ``backend.load_weights``,
   2. takes the next ``num_prompts_per_step`` problems of the task's train split (a seeded pass,
@@ -11,7 +16,8 @@ with ``async.reference_pass: searcher``, the frozen reference policy. Each itera
      log-probs (None when the trainer computes them, the default, or the loss reads none:
      GRPO at beta 0),
   4. puts the :class:`~tba_lab.rollout.RolloutBatch`, tagged with the policy version, on the
-     queue; ``put`` uses a timeout in a loop so a stop request is always seen.
+     queue; ``put`` uses a timeout in a loop so a stop request is always seen (a queue shared
+     by several searchers, as Ray's, can still be full here).
 
 In ``sync`` mode it generates exactly one batch per published version (strict alternation),
 generating again when a batch kept no complete group of K (every group had a non-finite reward).
@@ -141,6 +147,33 @@ def _put(q, msg, stop) -> bool:
     return False
 
 
+ROOM_POLL_SECONDS = (0.001, 0.01)  # wait_for_room's first and longest sleep between checks
+
+
+def wait_for_room(q, stop) -> bool:
+    """Wait until ``q`` (a ``multiprocessing`` or Ray queue) is not full; False if ``stop`` was
+    set or the trainer process ended first.
+
+    Why before generating, not at the ``put``: with the trainer as fast as its searcher (on 2
+    cores, async TBA's trainer with the reference pass), a batch generated while the queue is
+    full waits there a whole trainer update and is trained on two versions after the weights
+    that generated it, for good: the backlog never drains. Waiting here instead, the searcher
+    generates from the weights published just before the trainer takes its previous batch, and
+    ``async.queue_size: 1`` keeps the staleness of fresh rollouts at 1 (README, "Fifth round").
+
+    Checks ``q.full()`` (portable; ``qsize`` is not on macOS) with sleeps growing from 1 to
+    10 ms: a few ms of added latency per batch, and few remote calls to a Ray queue's actor.
+    """
+    parent = multiprocessing.parent_process()
+    pause = ROOM_POLL_SECONDS[0]
+    while q.full():
+        if stop.is_set() or (parent is not None and not parent.is_alive()):
+            return False
+        time.sleep(pause)
+        pause = min(2 * pause, ROOM_POLL_SECONDS[1])
+    return True
+
+
 def searcher_main(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: int) -> None:
     """Entry point of one searcher process (spawned by :class:`~tba_lab.actors.local.LocalLauncher`).
 
@@ -202,6 +235,8 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
     B, K = cfg.training.num_prompts_per_step, cfg.training.num_generations
     version, last_generated = -1, -1
     while not stop.is_set() and (parent is None or parent.is_alive()):
+        if cfg.async_.wait_for_room and not wait_for_room(out_queue, stop):  # 0. room, then weights
+            break
         version, new_weights = weights.pull(version)  # only here, between batches
         if new_weights is not None:
             backend.load_weights(new_weights)

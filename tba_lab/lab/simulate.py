@@ -8,8 +8,12 @@ The simulator replays the kit's own loop (``tba_lab.trainer.train`` and
 * a searcher job = generate one batch of B prompts x K responses (``gen_seconds``) and score
   it: rewards and reference log-probs (``score_seconds``). It pulls the newest published
   weights when the job STARTS and tags every rollout with that version.
-* it then puts the batch on a queue of ``queue_size`` batches; a full queue BLOCKS the searcher
-  (idle, not using a core) until the trainer drains it.
+* it then puts the batch on its own queue of ``queue_size`` batches (one queue per searcher,
+  as the local launcher's), and starts its next job only when that queue has room again: a
+  searcher facing a full queue is BLOCKED (idle, not using a core) until the trainer drains
+  it, and then starts from the newest weights (:func:`tba_lab.actors.searcher.wait_for_room`;
+  the older rule, ``async.wait_for_room: false``, generate first and block at the put, is not
+  modelled).
 * the trainer loop: drain the queue into the replay buffer, then
     - async: once the buffer holds ``initial_fill`` rollouts, sample B x K (the real
       :class:`~tba_lab.buffer.ReplayBuffer` with fake rollouts: recency m, reward mode,
@@ -145,7 +149,6 @@ class _Actor:
         self.phases: list[list] = []  # [[what, remaining], ...]; empty = not working
         self.phase_start = 0.0
         self.blocked_since: float | None = None
-        self.message = None  # the batch a blocked searcher holds
         self.version = -1    # searcher: version of the weights it holds
         self.last_generated = -1
 
@@ -155,11 +158,12 @@ class _Actor:
 
 
 def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
-             num_searchers: int = 1, sync_period: int = 1, queue_size: int = 2,
+             num_searchers: int = 1, sync_period: int = 1, queue_size: int = 1,
              cores: int | None = 2, mode: str = "async", duration: float = 60.0,
              max_steps: int = 0, initial_fill: int = 256, num_prompts: int = 16,
              num_generations: int = 8, recency_prob: float = 0.8, inv_temp: float = 0.0,
              max_prompts: int = 256, capacity_per_prompt: int = 32, unique_fraction: float = 1.0,
+             max_replay_ratio: float = 0.0,
              overhead_seconds: float = 0.0, publish_seconds: float = 0.0,
              searcher_start_seconds: float = 0.0, jitter: float = 0.0,
              num_train_prompts: int = 20000, seed: int = 0) -> SimResult:
@@ -170,13 +174,16 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
         update_seconds: one trainer update, seconds, actor alone.
         num_searchers: n searcher processes (sync mode: 1).
         sync_period: k, publish weights every k updates (sync mode: 1).
-        queue_size: batches the queue holds before a searcher blocks.
+        queue_size: batches each searcher's queue holds; at that many it waits to start.
         cores: CPU cores (or devices) shared by all actors; None = one each (no contention).
         mode: "async" or "sync".
         duration: training seconds to simulate; ``max_steps`` > 0 also stops at that many updates.
         initial_fill: rollouts in the buffer before the first async update.
         num_prompts, num_generations: B and K.
         recency_prob, inv_temp, max_prompts, capacity_per_prompt: the buffer's settings.
+        max_replay_ratio: rho, async: the trainer waits rather than train on more than rho rows
+            per row generated (``buffer.max_replay_ratio``); 0 = it never waits for data (the
+            default here: the course's trainer that replays whenever it is free).
         unique_fraction: fraction of each group's K responses that are distinct token sequences;
             below 1.0 the simulated buffer de-duplicates (``buffer.dedup: true``) and keeps one
             copy of each; 1.0 = all distinct.
@@ -260,15 +267,18 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
         s.phases = [["generate", work(gen_seconds)], ["score", work(score_seconds)]]
         s.phase_start = now
 
+    def start_or_wait(i: int, now: float) -> None:
+        """Start searcher i's next job if its queue has room, else block it until it has."""
+        if sum(1 for m in queue if m[0] == i) < queue_size:
+            start_searcher(i, now)
+        else:
+            searchers[i].blocked_since = now
+
     def finish_searcher(i: int, now: float) -> None:
         s = searchers[i]
         s.last_generated = s.version
-        msg = (i, s.version, make_batch(i, s.version))
-        if len(queue) < queue_size:
-            queue.append(msg)
-            start_searcher(i, now)
-        else:
-            s.message, s.blocked_since = msg, now
+        queue.append((i, s.version, make_batch(i, s.version)))  # room was checked at the start
+        start_or_wait(i, now)
 
     def trainer_loop(now: float) -> None:
         """The trainer is free at ``now``: drain the queue, then start an update if it can."""
@@ -279,22 +289,20 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
             batches += 1
             if sync and version == step:
                 fresh = rows
-        waiting = sorted((s.blocked_since, i) for i, s in enumerate(searchers) if s.message is not None)
-        for _, i in waiting:  # the queue has room again: blocked searchers put, first come first
-            s = searchers[i]
-            if len(queue) < queue_size:
-                queue.append(s.message)
+        for i, s in enumerate(searchers):  # the queues have room again: blocked searchers start
+            if s.blocked_since is not None:
                 intervals[s.name].append((s.blocked_since, now, "blocked"))
                 blocked_time[i] += now - s.blocked_since
-                s.message, s.blocked_since = None, None
+                s.blocked_since = None
                 start_searcher(i, now)
         if sync:
             if fresh is None:
                 return
             batch, fresh = fresh, None
         else:
-            if len(buffer) < max(initial_fill, 1):
-                return
+            if len(buffer) < max(initial_fill, 1) or (
+                    max_replay_ratio and step + 1 > max_replay_ratio * batches):
+                return  # the fill, or the replay bound (rows trained <= rho x rows generated)
             batch = buffer.sample(B, K)
         staleness.append(np.array(ReplayBuffer.staleness(batch, step), dtype=np.int64))
         publishes = (step + 1) % sync_period == 0
@@ -332,8 +340,8 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
                 trainer_loop(t)
         if searcher_start_seconds > 0 and abs(t - searcher_start_seconds) < 1e-12:
             for i, s in enumerate(searchers):
-                if not s.busy and s.message is None:
-                    start_searcher(i, t)
+                if not s.busy and s.blocked_since is None:
+                    start_or_wait(i, t)
         for i, s in enumerate(searchers):
             if s.busy and s.phases[0][1] <= 1e-9:
                 what = s.phases.pop(0)[0]
@@ -352,8 +360,8 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
                 published = step
                 buffer.mark_sync()
                 for i, s in enumerate(searchers):  # sync mode: a waiting searcher wakes up
-                    if not s.busy and s.message is None and (searcher_start_seconds <= t):
-                        start_searcher(i, t)
+                    if not s.busy and s.blocked_since is None and searcher_start_seconds <= t:
+                        start_or_wait(i, t)
             trainer_loop(t)
         if started and not trainer.busy and queue:
             trainer_loop(t)
@@ -446,6 +454,7 @@ def run_timings(run_dir: str | Path) -> dict:
         "samples_per_minute": 60.0 * summary["samples_generated"] / wall,
         "trainer_steps": summary["trainer_steps"], "batches": len(batches),
         "queue_size": a["queue_size"], "initial_fill": cfg["buffer"]["initial_fill"],
+        "max_replay_ratio": float(cfg["buffer"].get("max_replay_ratio", 0.0)),
         "num_prompts": cfg["training"]["num_prompts_per_step"],
         "num_generations": cfg["training"]["num_generations"], "unique_fraction": buf,
         "max_steps": max_steps,
@@ -546,6 +555,7 @@ def simulate_run(measured: dict, timings: dict | None = None, cores: int | None 
         mode=measured.get("mode", "async"),
         queue_size=int(measured.get("queue_size", 2)),
         initial_fill=int(measured.get("initial_fill", 256)),
+        max_replay_ratio=float(measured.get("max_replay_ratio", 0.0)),
         num_prompts=int(measured.get("num_prompts") or measured.get("batch_prompts") or 16),
         num_generations=int(measured.get("num_generations") or measured.get("group_size") or 8),
         unique_fraction=float(measured.get("unique_fraction", 1.0)),
