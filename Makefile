@@ -1,6 +1,7 @@
 # Commands for a fresh machine (see README.md):
 #   make demo   # create .venv, install, run `tba-lab train` with its defaults
-#   make test   # create .venv, install, run the whole test suite
+#   make test   # create .venv, install, run the test suite without the tests marked slow (CI)
+#   make test-all  # ... the whole suite, slow tests included
 #   make lab    # create .venv, install, open the course (notebooks/) in JupyterLab
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -12,13 +13,16 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -e ".[dev]"
 	touch $@
 
-.PHONY: install demo test lab clean
+.PHONY: install demo test test-all lab clean
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
 	$(BIN)/tba-lab train
 
 test: $(BIN)/.installed
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-all: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
 
 # The project's kernel, inside the venv (not in ~/.local): "Python (tba-lab)" in JupyterLab.

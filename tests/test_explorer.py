@@ -465,6 +465,7 @@ def _assert_no_process_left(shutdown, watch, tag: str, kernel, within: float = 1
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc (Linux)")
+@pytest.mark.slow  # a real kernel, two runs: about 40 s; tests/test_browser.py interrupts notebook 06 too
 def test_interrupting_the_kernel_stops_an_explorer_run(tmp_path):
     """In a real Jupyter kernel: "Run" starts a run (searcher processes and all); "interrupt
     kernel" while the kernel is idle stops it within seconds, saved, with every searcher gone,
