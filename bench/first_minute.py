@@ -38,6 +38,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from race import BLOCK_AT_PUT  # noqa: E402  (the searcher's rule before the fifth round)
 from tba_lab.config import merge  # noqa: E402
 
 # the defaults before this study: a de-duplicating buffer whose recency slots fall back to
@@ -48,7 +51,7 @@ OLD = {"buffer": {"dedup": True, "recency_fallback": "reward", "max_replay_ratio
 BEFORE_16H = {"buffer": {"recency_prob": 0.8}, "async": {"reference_pass": "searcher"}}
 # the searcher's rule before the fifth round (2026-12-01T20): generate, then block on a full queue
 # of two batches; every variant measured before then pins it
-BEFORE_20H = {"async": {"queue_size": 2, "wait_for_room": False}}
+BEFORE_20H = {"async": BLOCK_AT_PUT}
 
 
 def _old(**sections) -> dict:

@@ -134,11 +134,17 @@ def _prompt_stream(problems: list, seed: int):
             yield i, problems[i]
 
 
+def _running(stop, parent) -> bool:
+    """Neither ``stop`` is set nor the trainer process (``parent``; None: no parent to watch,
+    e.g. a Ray actor) has ended."""
+    return not stop.is_set() and (parent is None or parent.is_alive())
+
+
 def _put(q, msg, stop) -> bool:
     """Put ``msg`` unless ``stop`` is set or the trainer process is gone first; returns whether
     it was put."""
     parent = multiprocessing.parent_process()
-    while not stop.is_set() and (parent is None or parent.is_alive()):
+    while _running(stop, parent):
         try:
             q.put(msg, timeout=0.1)
             return True
@@ -167,7 +173,7 @@ def wait_for_room(q, stop) -> bool:
     parent = multiprocessing.parent_process()
     pause = ROOM_POLL_SECONDS[0]
     while q.full():
-        if stop.is_set() or (parent is not None and not parent.is_alive()):
+        if not _running(stop, parent):
             return False
         time.sleep(pause)
         pause = min(2 * pause, ROOM_POLL_SECONDS[1])
@@ -234,7 +240,7 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
     parent = multiprocessing.parent_process()
     B, K = cfg.training.num_prompts_per_step, cfg.training.num_generations
     version, last_generated = -1, -1
-    while not stop.is_set() and (parent is None or parent.is_alive()):
+    while _running(stop, parent):
         if cfg.async_.wait_for_room and not wait_for_room(out_queue, stop):  # 0. room, then weights
             break
         version, new_weights = weights.pull(version)  # only here, between batches
