@@ -1,7 +1,7 @@
 """The race: sync GRPO, sync TB, async TBA, async GRPO and TRL's GRPOTrainer, side by side.
 
     python bench/race.py [--minutes 3] [--seeds 0 1 2 | --seed 0] [--target 0.40]
-                         [--eval-every 30] [--eval-size 200] [--legs a b c d e]
+                         [--eval-every 30] [--eval-size 200] [--defer-eval] [--legs a b c d e]
                          [--output-dir runs/race] [--skip-throughput]
     python bench/race.py --task preference|redteam ...   (bench/task_race.py: TB against GRPO
                          and online DPO, reported as the paper's trade-off)
@@ -29,8 +29,11 @@ With several seeds (``--seeds 0 1 2``; ``--seed S`` is one seed) the legs run se
 
 Held-out greedy accuracy (the first ``--eval-size`` test problems) is measured before training
 (at 0 s), every ``--eval-every`` seconds inside the budget (that time counts against the budget
-in every leg) and at the end. An evaluation finishes a few seconds after its tick, later in the
-slower legs, so the table does not file evaluations under checkpoints: its column "acc @Ns" is
+in every leg) and at the end. With ``--defer-eval`` a tick only copies the weights (milliseconds)
+and the copies are evaluated after the budget (``task.defer_interim_eval``; TRL's leg likewise):
+no leg pauses to evaluate, and a larger ``--eval-size`` costs no training time. An evaluation (or
+copy) lands at the first update after its tick, later in the slower legs, so the table does not
+file evaluations under checkpoints: its column "acc @Ns" is
 the accuracy INTERPOLATED linearly at exactly N s between the measured evaluations around N s,
 and "time to X%" is interpolated linearly between the last evaluation below X% and the first at
 or above it. Each cell is the mean over the seeds, with the min-max range when there are several;
@@ -85,15 +88,16 @@ LEGS = {
 
 
 def run_ours(leg: str, overrides: dict, out: Path, minutes: float, seed: int, eval_size: int,
-             eval_every: float) -> dict:
-    """One leg through ``tba_lab.trainer.train``; returns the row of the race table."""
+             eval_every: float, defer: bool = False) -> dict:
+    """One leg through ``tba_lab.trainer.train``; returns the row of the race table. ``defer``:
+    ``task.defer_interim_eval`` (weight copies at the ticks, evaluated after the budget)."""
     from tba_lab.config import from_dict
     from tba_lab.runlog import read_jsonl_rows
     from tba_lab.trainer import train
 
     data = {**overrides, "output_dir": str(out / leg), "max_minutes": minutes, "seed": seed,
             "task": {"eval_size": eval_size, "interim_eval_size": eval_size,
-                     "eval_every_seconds": eval_every}}
+                     "eval_every_seconds": eval_every, "defer_interim_eval": defer}}
     s = train(from_dict(data), progress=False)
     evals = [{"wall_seconds": e["wall_seconds"], "step": e["step"], "accuracy": e["accuracy"]}
              for e in read_jsonl_rows(out / leg / "eval.jsonl")]
@@ -103,11 +107,12 @@ def run_ours(leg: str, overrides: dict, out: Path, minutes: float, seed: int, ev
             "staleness_mean": s["staleness_mean"], "staleness_max": s["staleness_max"]}
 
 
-def run_trl(out: Path, minutes: float, seed: int, eval_size: int, eval_every: float) -> dict:
+def run_trl(out: Path, minutes: float, seed: int, eval_size: int, eval_every: float,
+            defer: bool = False) -> dict:
     from trl_grpo import run_trl_grpo
 
     r = run_trl_grpo(out / "e", minutes=minutes, seed=seed, eval_size=eval_size,
-                     eval_at_seconds=tuple(checkpoints(minutes, eval_every)))
+                     eval_at_seconds=tuple(checkpoints(minutes, eval_every)), defer_eval=defer)
     r.setdefault("staleness_mean", 0.0)
     r.setdefault("staleness_max", 0)
     return r
@@ -320,15 +325,17 @@ def goal_line(g: dict, agg: dict, target: float) -> str:
             + f"; (c) the fastest to {100 * target:.0f}%: {word(g['c_fastest_to_target'])} ({fast})")
 
 
-def header_line(seeds, minutes: float, eval_size: int, eval_every: float, target: float) -> str:
+def header_line(seeds, minutes: float, eval_size: int, eval_every: float, target: float,
+                defer: bool = False) -> str:
     """race.md's first line: when, where and with which settings."""
     import datetime
     import os
 
     return (f"Race of {datetime.datetime.now().isoformat(timespec='seconds')}: "
             f"{os.cpu_count()} cores (os.cpu_count()), seeds {' '.join(str(s) for s in seeds)}, "
-            f"{minutes:g} min per leg, eval {eval_size} problems every {eval_every:g} s, "
-            f"target {100 * target:.0f}%")
+            f"{minutes:g} min per leg, eval {eval_size} problems every {eval_every:g} s"
+            + (" (weight copies, evaluated after the budget)" if defer else "")
+            + f", target {100 * target:.0f}%")
 
 
 def curve_points(runs: dict, leg: str, minutes: float, eval_every: float) -> tuple[list, list, list, list]:
@@ -399,7 +406,7 @@ def plot(runs: dict, minutes: float, eval_every: float, path: Path | None = None
 
 
 def report_json(runs: dict, minutes: float, eval_size: int, eval_every: float, target: float,
-                header: str) -> dict:
+                header: str, defer: bool = False) -> dict:
     """race.json: the settings, per seed and leg the measured run (``evals``: the measured
     evaluations) with its interpolated numbers (``interpolated``), the means and ranges per leg,
     the ratios and the goal."""
@@ -408,7 +415,8 @@ def report_json(runs: dict, minutes: float, eval_size: int, eval_every: float, t
     agg = aggregate(runs, ticks, target)
     return {"header": header,
             "settings": {"seeds": list(runs), "minutes": minutes, "eval_size": eval_size,
-                         "eval_every": eval_every, "target": target, "checkpoints": ticks},
+                         "eval_every": eval_every, "defer_eval": defer, "target": target,
+                         "checkpoints": ticks},
             "runs": {str(s): {leg: {**r, "interpolated": leg_numbers(r, ticks, target)}
                               for leg, r in by_leg.items()} for s, by_leg in runs.items()},
             "legs": agg, "ratios": ratio_numbers(runs), "goal": goal(agg, ticks)}
@@ -429,6 +437,9 @@ def main(argv=None) -> int:
     p.add_argument("--eval-size", type=int, default=200, help="held-out problems per evaluation")
     p.add_argument("--eval-every", type=float, default=30.0,
                    help="seconds between evaluations (default 30; 15 gives a finer curve)")
+    p.add_argument("--defer-eval", action="store_true",
+                   help="copy the weights at each tick and evaluate the copies after the budget "
+                        "(no leg pauses to evaluate)")
     p.add_argument("--legs", nargs="+", default=["a", "b", "c", "d", "e"], choices=list(LEGS))
     p.add_argument("--output-dir", default="runs/race")
     p.add_argument("--skip-throughput", action="store_true")
@@ -442,7 +453,8 @@ def main(argv=None) -> int:
     legs = list(dict.fromkeys(args.legs))  # in the order given, each once
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    header = header_line(seed_list, args.minutes, args.eval_size, args.eval_every, args.target)
+    header = header_line(seed_list, args.minutes, args.eval_size, args.eval_every, args.target,
+                         args.defer_eval)
     print(header, flush=True)
     report = []
     if not args.skip_throughput:
@@ -455,15 +467,17 @@ def main(argv=None) -> int:
     if args.resume and (out / "race.json").exists():
         saved = json.loads((out / "race.json").read_text())
         same = {"minutes": args.minutes, "eval_size": args.eval_size,
-                "eval_every": args.eval_every}
-        if any(saved["settings"].get(k) != v for k, v in same.items()):
+                "eval_every": args.eval_every, "defer_eval": args.defer_eval}
+        if any(saved["settings"].get(k, False) != v for k, v in same.items()):
             p.error(f"--resume: {out / 'race.json'} was run with other settings "
-                    f"({saved['settings']}); give the same --minutes/--eval-size/--eval-every")
+                    f"({saved['settings']}); give the same "
+                    f"--minutes/--eval-size/--eval-every/--defer-eval")
         runs = {int(sd): {leg: {k: v for k, v in r.items() if k != "interpolated"}
                           for leg, r in by_leg.items()}
                 for sd, by_leg in saved["runs"].items()}
     dump = lambda: (out / "race.json").write_text(json.dumps(
-        report_json(runs, args.minutes, args.eval_size, args.eval_every, args.target, header),
+        report_json(runs, args.minutes, args.eval_size, args.eval_every, args.target, header,
+                    args.defer_eval),
         indent=2))
     for seed in seed_list:  # seed-major: load drift hits every leg alike
         seed_out = out / f"seed{seed}"
@@ -474,10 +488,11 @@ def main(argv=None) -> int:
                 continue
             print(f"--- seed {seed}, ({leg}) {name}: {args.minutes} min", flush=True)
             if overrides is None:
-                r = run_trl(seed_out, args.minutes, seed, args.eval_size, args.eval_every)
+                r = run_trl(seed_out, args.minutes, seed, args.eval_size, args.eval_every,
+                            defer=args.defer_eval)
             else:
                 r = run_ours(leg, overrides, seed_out, args.minutes, seed, args.eval_size,
-                             args.eval_every)
+                             args.eval_every, defer=args.defer_eval)
             runs.setdefault(seed, {})[leg] = r
             dump()  # survives a later crash
     ticks = checkpoints(args.minutes, args.eval_every)

@@ -33,7 +33,8 @@ TRL options (``trl.GRPOConfig``), chosen to match our sync GRPO loop:
 
 Clock: starts at the first training step (model loading, trainer construction and the
 accuracy-before evaluation are outside it). Interim evaluations at ``eval_at_seconds`` run
-inside the budget (the clock keeps running during them, as in our trainer); the final
+inside the budget (the clock keeps running during them, as in our trainer), or with
+``--defer-eval`` on weight copies taken then and evaluated after the budget; the final
 evaluation runs after the budget. ``updates_per_minute`` = updates / budget-minutes used.
 
 Run:  python bench/trl_grpo.py --minutes 3 --out runs/trl_grpo
@@ -56,7 +57,7 @@ import torch  # noqa: E402
 
 def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generations=8,
                  learning_rate=5e-5, temperature=0.6, max_new_tokens=40, eval_size=200,
-                 eval_at_seconds=(60, 120, 180), threads=2) -> dict:
+                 eval_at_seconds=(60, 120, 180), threads=2, defer_eval=False) -> dict:
     """Train the tiny model with ``trl.GRPOTrainer`` for ``minutes`` of wall clock.
 
     Returns:
@@ -66,6 +67,9 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
         training at 0 s, each ``eval_at_seconds`` checkpoint reached inside the budget, and the
         end), ``accuracy_before``, ``accuracy_after``, plus ``train_reward`` (TRL's mean reward
         of each generation batch) and ``config``. Also written to ``out_dir/summary.json``.
+
+    ``defer_eval``: at each checkpoint only copy the weights, and evaluate the copies after the
+    budget (off the clock), as ``tba-lab train`` does with ``task.defer_interim_eval``.
     """
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -116,6 +120,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     model.train()
     evals = [{"wall_seconds": 0.0, "step": 0, "accuracy": accuracy_before}]
     train_reward = []
+    snapshots = []  # (step, wall seconds, weights) with defer_eval
 
     class Budget(TrainerCallback):
         """Wall-clock budget, linear lr decay over it, and interim held-out evaluations."""
@@ -147,6 +152,10 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
             if self.pending and self.elapsed() >= self.pending[0]:
                 while self.pending and self.elapsed() >= self.pending[0]:
                     self.pending.pop(0)  # one evaluation covers every checkpoint passed
+                if defer_eval:
+                    snapshots.append((state.global_step, round(self.elapsed(), 1),
+                                      {k: v.detach().clone() for k, v in model.state_dict().items()}))
+                    return control
                 acc = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
                 model.train()
                 evals.append({"wall_seconds": round(self.elapsed(), 1), "step": state.global_step,
@@ -167,6 +176,13 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     else:
         wall = (clock.t_end or time.time()) - clock.t0
     updates = trainer.state.global_step
+    if snapshots:
+        final = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        for step, at, weights in snapshots:
+            model.load_state_dict(weights)
+            evals.append({"wall_seconds": at, "step": step,
+                          "accuracy": greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)})
+        model.load_state_dict(final)
 
     accuracy_after = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
     evals.append({"wall_seconds": round(wall, 1), "step": updates, "accuracy": accuracy_after})
@@ -185,6 +201,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
                    "num_generations": num_generations, "learning_rate": learning_rate,
                    "temperature": temperature, "max_new_tokens": max_new_tokens,
                    "eval_size": len(eval_rows), "eval_at_seconds": list(eval_at_seconds),
+                   "defer_eval": defer_eval,
                    "threads": threads, "generation_batch_size": args.generation_batch_size,
                    "steps_per_generation": args.steps_per_generation},
     }
@@ -205,12 +222,14 @@ def main(argv=None) -> dict:
     p.add_argument("--eval-size", type=int, default=200)
     p.add_argument("--eval-at-seconds", type=float, nargs="*", default=[60, 120, 180])
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--defer-eval", action="store_true",
+                   help="copy the weights at each checkpoint, evaluate the copies after the budget")
     a = p.parse_args(argv)
     summary = run_trl_grpo(a.out, a.minutes, seed=a.seed, num_prompts_per_step=a.num_prompts_per_step,
                            num_generations=a.num_generations, learning_rate=a.learning_rate,
                            temperature=a.temperature, max_new_tokens=a.max_new_tokens,
                            eval_size=a.eval_size, eval_at_seconds=tuple(a.eval_at_seconds),
-                           threads=a.threads)
+                           threads=a.threads, defer_eval=a.defer_eval)
     print(json.dumps({k: v for k, v in summary.items() if k != "train_reward"}, indent=2))
     return summary
 

@@ -49,6 +49,7 @@ class TaskConfig:
     eval_size: int = 500                # held-out problems scored before and after training
     eval_every_seconds: float = 60.0    # interim held-out evaluation period (0 = none)
     interim_eval_size: int = 200        # problems per interim evaluation
+    defer_interim_eval: bool = False    # True: at each interim tick only copy the weights (CPU); evaluate the copies after the budget, off the clock
 
 
 @dataclass

@@ -247,12 +247,15 @@ class RunLog:
         """Time for an interim held-out evaluation (every ``task.eval_every_seconds``)."""
         return time.time() >= self.next_eval
 
-    def evaluation(self, step: int, metrics: dict, n: int, when: str, seconds: float) -> None:
+    def evaluation(self, step: int, metrics: dict, n: int, when: str, seconds: float,
+                   wall: float | None = None) -> None:
         """Record held-out ``metrics`` on ``n`` problems, which took ``seconds``; ``when`` is
         "before", "interim" or "after" (the first and last also go to the summary as
         ``<metric>_before/_after`` and ``eval_seconds_before/_after``, with the metric names
-        in ``held_out_metrics``)."""
-        wall = {"before": 0.0, "after": self.summary["wall_seconds"]}.get(when, round(self.elapsed(), 1))
+        in ``held_out_metrics``). ``wall``: the row's training seconds when not now (an
+        interim evaluation of a weight copy taken then, ``task.defer_interim_eval``)."""
+        if wall is None:
+            wall = {"before": 0.0, "after": self.summary["wall_seconds"]}.get(when, round(self.elapsed(), 1))
         self.eval_f.write(json.dumps({"step": step, "wall_seconds": wall, **metrics, "n": n}) + "\n")
         self.eval_f.flush()
         if when in ("before", "after"):
@@ -265,6 +268,11 @@ class RunLog:
         if when != "before":
             self.next_eval = time.time() + (self.cfg.task.eval_every_seconds or float("inf"))
             self.t_free = time.time()  # evaluation is not waiting for data
+
+    def evaluation_deferred(self) -> None:
+        """An interim tick took a weight copy instead of evaluating (``task.defer_interim_eval``):
+        the next tick is ``task.eval_every_seconds`` from now."""
+        self.next_eval = time.time() + (self.cfg.task.eval_every_seconds or float("inf"))
 
     # -------------------------------------------------------------------- close
     def close(self, step: int, extra: dict | None = None) -> dict:

@@ -352,13 +352,15 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
         feed = Feed(cfg, launcher, buffer, log, score_reference)
         saver = _Saver(cfg, policy, optimizer, algorithm, buffer, log)
 
-        def held_out_metrics(step: int, n: int, when: str) -> None:
+        def held_out_metrics(step: int, n: int, when: str, wall: float | None = None) -> None:
             t0 = time.time()
             policy.eval()
             eval_backend.load_weights(policy.named_parameters())  # a no-op when it wraps the policy
             metrics = evaluate(task, eval_backend, held_out[:n], cfg.model.max_new_tokens)
             policy.train()
-            log.evaluation(step, metrics, min(n, len(held_out)), when, time.time() - t0)
+            log.evaluation(step, metrics, min(n, len(held_out)), when, time.time() - t0, wall)
+
+        snapshots = []  # (step, wall seconds, CPU weights) when task.defer_interim_eval
 
         try:
             feed.start()  # searchers load their models while the trainer evaluates
@@ -388,12 +390,18 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
                 log.update(step, batch, loss.item(), info, float(grad_norm),
                            tr.learning_rate * factor, t_ready, len(buffer))
                 if log.eval_due():                                 # 5. interim held-out metrics
-                    held_out_metrics(step, cfg.task.interim_eval_size, "interim")
+                    if cfg.task.defer_interim_eval:  # a copy now, its evaluation after the budget
+                        snapshots.append((step, round(log.elapsed(), 1), _cpu_copy(policy)))
+                        log.evaluation_deferred()
+                    else:
+                        held_out_metrics(step, cfg.task.interim_eval_size, "interim")
                 if saver.due(step):                                # 6. resumable checkpoint
                     saver.save(step)
             saver.save(step)
             log.stop_clock()  # before the searchers stop
             launcher.stop()
+            _evaluate_snapshots(policy, snapshots, lambda s, wall: held_out_metrics(
+                s, cfg.task.interim_eval_size, "interim", wall))
             held_out_metrics(step, cfg.task.eval_size, "after")
         except KeyboardInterrupt:
             log.summary["interrupted"] = True
@@ -407,6 +415,31 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
                 finally:  # the logs and summary are written even if saving the model fails
                     log.close(step, algorithm.summary())
     return log.summary
+
+
+def _cpu_copy(policy) -> dict[str, torch.Tensor]:
+    """A CPU copy of ``policy.state_dict()`` (same dtypes): one model's worth of host memory."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in policy.state_dict().items()}
+
+
+def _evaluate_snapshots(policy, snapshots: list, evaluate_at) -> None:
+    """Evaluate the weight copies of ``task.defer_interim_eval``, in order, after the budget.
+
+    ``snapshots``: ``(step, wall_seconds, state_dict)`` tuples; ``evaluate_at(step, wall)`` is
+    called with each copy loaded into ``policy``. The policy's own (final) weights are back
+    in place afterwards, also when an evaluation raises, so what ``train`` saves is the trained
+    policy. Copies are lost if the run is interrupted before its end (they are measurements,
+    not training state: a resumed run takes new ones from its resume on).
+    """
+    if not snapshots:
+        return
+    final = _cpu_copy(policy)
+    try:
+        for step, wall, weights in snapshots:
+            policy.load_state_dict(weights)
+            evaluate_at(step, wall)
+    finally:
+        policy.load_state_dict(final)
 
 
 def _eval_backend(cfg: RunConfig, policy, tokenizer):

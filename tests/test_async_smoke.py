@@ -213,6 +213,44 @@ def test_sync_run_is_on_policy(tmp_path):
     assert summary["samples_generated"] == steps * 4 * 4
 
 
+def test_deferred_interim_evaluations_score_the_weights_of_their_tick(tmp_path):
+    """``task.defer_interim_eval``: a tick only copies the weights; after the budget each copy is
+    evaluated and logged with its tick's step and seconds, in order, before the "after" row. The
+    copy taken after the last update scores exactly what the final evaluation scores (same
+    weights, same problems, greedy)."""
+    from tba_lab.trainer import train
+
+    torch.set_num_threads(1)
+    cfg = _config(tmp_path, training={"max_steps": 3}, async_={"mode": "sync", "searcher_threads": 1},
+                  task={"eval_size": 10, "interim_eval_size": 10, "eval_every_seconds": 1e-3,
+                        "defer_interim_eval": True})
+    summary = train(cfg, progress=False)
+    _assert_no_children()
+    rows = _read_jsonl(tmp_path / "eval.jsonl")
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 3]  # before, a copy after each update, after
+    walls = [r["wall_seconds"] for r in rows[1:4]]
+    assert walls == sorted(walls) and 0 < walls[0] and walls[-1] <= summary["wall_seconds"]
+    assert rows[3]["accuracy"] == rows[4]["accuracy"] == summary["accuracy_after"]
+
+
+def test_evaluating_weight_copies_puts_the_final_weights_back_even_on_error():
+    from tba_lab.trainer import _evaluate_snapshots
+
+    layer = torch.nn.Linear(2, 1, bias=False)
+    final = layer.weight.detach().clone()
+    copies = [(1, 0.5, {"weight": torch.zeros(1, 2)}), (2, 1.0, {"weight": torch.ones(1, 2)})]
+    seen = []
+    _evaluate_snapshots(layer, copies, lambda step, wall: seen.append((step, wall, layer.weight.sum().item())))
+    assert seen == [(1, 0.5, 0.0), (2, 1.0, 2.0)]
+    assert torch.equal(layer.weight, final)
+
+    def fail(step, wall):
+        raise RuntimeError("evaluation failed")
+    with pytest.raises(RuntimeError, match="evaluation failed"):
+        _evaluate_snapshots(layer, copies, fail)
+    assert torch.equal(layer.weight, final)
+
+
 def test_sync_grpo_ratio_is_one_on_policy(tmp_path):
     """On-policy GRPO: the behaviour log-probs the sampler recorded equal the trainer's, so the
     importance ratio of every fresh batch is 1 (temperature scaling matches the sampler)."""

@@ -172,9 +172,9 @@ def test_main_runs_seed_major_and_writes_the_report(tmp_path, monkeypatch, capsy
         assert out == tmp_path / f"seed{seed}"
         return two_seeds()[seed % 2][name]
 
-    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every:
+    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every, defer:
                         fake(seed, name, out))
-    monkeypatch.setattr(race, "run_trl", lambda out, minutes, seed, size, every: fake(seed, "e", out))
+    monkeypatch.setattr(race, "run_trl", lambda out, minutes, seed, size, every, defer: fake(seed, "e", out))
     assert race.main(["--seeds", "0", "1", "--minutes", "3", "--eval-every", "60", "--legs", "e", "a",
                       "b", "c", "--output-dir", str(tmp_path), "--skip-throughput"]) == 0
     assert order == [(0, "e"), (0, "a"), (0, "b"), (0, "c"), (1, "e"), (1, "a"), (1, "b"), (1, "c")]
@@ -196,6 +196,15 @@ def test_main_runs_seed_major_and_writes_the_report(tmp_path, monkeypatch, capsy
     race.main(["--seed", "1", "--legs", "c", "--output-dir", str(tmp_path), "--skip-throughput"])
     assert order == [(1, "c")]
     assert json.loads((tmp_path / "race.json").read_text())["settings"]["eval_every"] == 30.0
+    # --defer-eval reaches every leg and is written down
+    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every, defer:
+                        order.append(defer) or fake(seed, name, out))
+    order.clear()
+    race.main(["--seed", "1", "--legs", "c", "--defer-eval", "--output-dir", str(tmp_path),
+               "--skip-throughput"])
+    assert order == [True, (1, "c")]
+    assert json.loads((tmp_path / "race.json").read_text())["settings"]["defer_eval"] is True
+    assert "(weight copies, evaluated after the budget)" in (tmp_path / "race.md").read_text()
 
 
 def test_resume_runs_only_the_missing_legs_and_keeps_the_others(tmp_path, monkeypatch):
@@ -205,7 +214,7 @@ def test_resume_runs_only_the_missing_legs_and_keeps_the_others(tmp_path, monkey
         order.append((seed, name))
         return two_seeds()[seed % 2][name]
 
-    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every:
+    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every, defer:
                         fake(seed, name))
     common = ["--minutes", "3", "--eval-every", "60", "--legs", "a", "b", "--output-dir",
               str(tmp_path), "--skip-throughput"]
