@@ -49,6 +49,16 @@ VARIANTS = {
     "tb_stale5": ({"algo": "tb"}, 5, 1, "TB, rollouts from the weights of 5 updates before"),
     "tb_reuse2": ({"algo": "tb"}, 0, 2, "TB, each on-policy batch trained on twice"),
     "grpo_stale5": ({"algo": "grpo"}, 5, 1, "GRPO, rollouts from the weights of 5 updates before"),
+    # what separates GRPO from TB per update: GRPO divides each group's advantages by its
+    # reward std and averages each response's tokens; Dr. GRPO does neither (sums over a
+    # constant), like TB, whose VarGrad residual is a group-centred reward over beta
+    "grpo_no_std": ({"algo": "grpo", "grpo": {"scale_rewards": "none"}}, 0, 1,
+                    "GRPO, on-policy, advantages not divided by the group's reward std"),
+    "dr_grpo": ({"algo": "dr_grpo"}, 0, 1,
+                "Dr. GRPO, on-policy: no std division, token sums over a constant 40"),
+    "tb_beta0.3": ({"algo": "tb", "tb": {"beta": 0.3}}, 0, 1, "TB, on-policy, beta 0.3"),
+    "tb_lr2.5e-5": ({"algo": "tb", "training": {"learning_rate": 2.5e-5}}, 0, 1,
+                    "TB, on-policy, learning rate 2.5e-5"),
 }
 
 
