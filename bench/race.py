@@ -332,6 +332,27 @@ def goal_line(g: dict, agg: dict, target: float) -> str:
             + f"; (c) the fastest to {100 * target:.0f}%: {word(g['c_fastest_to_target'])} ({fast})")
 
 
+def updates_table(runs: dict, steps=(20, 40, 60, 80, 100, 120)) -> str:
+    """Accuracy at equal trainer updates: per leg, the accuracy interpolated linearly at each
+    of ``steps`` updates between the measured evaluations around it (by their ``step``), mean
+    over the seeds that reached it (min-max), with ``[n/N seeds]`` when not all did. What an
+    update of each leg was worth, apart from how many it made per second."""
+    runs = as_runs(runs)
+    several = len(runs) > 1
+    lines = ["| leg | " + " | ".join(f"acc @{n} updates" for n in steps) + " |",
+             "|" + "---|" * (len(steps) + 1)]
+    for leg in [leg for leg in LEGS if any(leg in by_leg for by_leg in runs.values())]:
+        rows = [by_leg[leg] for by_leg in runs.values() if leg in by_leg]
+        cells = []
+        for n in steps:
+            st = stats(accuracy_at([{"wall_seconds": e["step"], "accuracy": e["accuracy"]}
+                                    for e in r["evals"]], n) for r in rows)
+            cell = _cell(st, lambda v: f"{100 * v:.1f}", several, "%")
+            cells.append(cell + (f" [{st['n']}/{len(rows)} seeds]" if st and st["n"] < len(rows) else ""))
+        lines.append(f"| ({leg}) {LEGS[leg][0]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def header_line(seeds, minutes: float, eval_size: int, eval_every: float, target: float,
                 defer: bool = False) -> str:
     """race.md's first line: when, where and with which settings."""
@@ -504,7 +525,9 @@ def main(argv=None) -> int:
             dump()  # survives a later crash
     ticks = checkpoints(args.minutes, args.eval_every)
     agg = aggregate(runs, ticks, args.target)
-    text = "\n\n".join([table(runs, args.minutes, args.eval_every, args.target), ratios(runs),
+    text = "\n\n".join([table(runs, args.minutes, args.eval_every, args.target),
+                        "At equal trainer updates (interpolated by update count):\n\n"
+                        + updates_table(runs), ratios(runs),
                         goal_line(goal(agg, ticks), agg, args.target)])
     print(text)
     (out / "race.md").write_text("\n\n".join([header] + report + [text]) + "\n")

@@ -89,6 +89,20 @@ def two_seeds():
     return {0: s0, 1: s1}
 
 
+def test_updates_table_interpolates_by_update_count_and_counts_the_seeds_that_got_there():
+    # curve() puts evaluation i at update i: seed 0 of (a) reads 35% at 0, 41% at 1, 46% at 2;
+    # at 0.5 updates 38%, at 1.5 updates 43.5%; the seed-1 curve of (a): 39%, 43.5%
+    runs = two_seeds()
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in
+            race.updates_table(runs, steps=(0.5, 1.5, 3)).splitlines() if line.startswith("| (")}
+    assert rows["| (a) sync GRPO"][0] == "38.5% (38.0-39.0)"
+    assert rows["| (a) sync GRPO"][1] == "43.5% (43.5-43.5)"
+    assert rows["| (a) sync GRPO"][2].startswith("46.0% (46.0-46.0)")  # both seeds reach update 3
+    only0 = {0: {"a": runs[0]["a"]}, 1: {"a": {**runs[1]["a"], "evals": runs[1]["a"]["evals"][:2]}}}
+    cells = race.updates_table(only0, steps=(1.5,)).splitlines()[2].split(" | ")
+    assert cells[1] == "43.5% (43.5-43.5) [1/2 seeds] |"
+
+
 def test_mean_and_range_over_two_seeds():
     runs = two_seeds()
     agg = race.aggregate(runs, [60, 120], 0.40)
@@ -182,6 +196,7 @@ def test_main_runs_seed_major_and_writes_the_report(tmp_path, monkeypatch, capsy
     first = md.splitlines()[0]
     assert first.startswith("Race of 20") and "cores (os.cpu_count())" in first
     assert "seeds 0 1, 3 min per leg, eval 200 problems every 60 s, target 40%" in first
+    assert "At equal trainer updates" in md and "| acc @20 updates |" in md
     assert "goal (means over seeds): PASS." in md and "goal (means over seeds): PASS." in capsys.readouterr().out
     data = json.loads((tmp_path / "race.json").read_text())
     assert data["settings"]["seeds"] == [0, 1] and data["settings"]["checkpoints"] == [60, 120]
