@@ -80,6 +80,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     from tba_lab.tasks.arithmetic import greedy_accuracy
     from tba_lab.tasks import format_prompt
     from tba_lab.tasks.gsm8k import exact_match_reward, gold_answer, read_jsonl
+    from tba_lab.trainer import cpu_state_copy, evaluate_weight_copies
 
     if minutes <= 0:
         raise ValueError(f"minutes must be > 0, got {minutes!r}")
@@ -154,7 +155,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
                     self.pending.pop(0)  # one evaluation covers every checkpoint passed
                 if defer_eval:
                     snapshots.append((state.global_step, round(self.elapsed(), 1),
-                                      {k: v.detach().clone() for k, v in model.state_dict().items()}))
+                                      cpu_state_copy(model)))
                     return control
                 acc = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
                 model.train()
@@ -176,13 +177,9 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     else:
         wall = (clock.t_end or time.time()) - clock.t0
     updates = trainer.state.global_step
-    if snapshots:
-        final = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        for step, at, weights in snapshots:
-            model.load_state_dict(weights)
-            evals.append({"wall_seconds": at, "step": step,
-                          "accuracy": greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)})
-        model.load_state_dict(final)
+    evaluate_weight_copies(model, snapshots, lambda step, at: evals.append(
+        {"wall_seconds": at, "step": step,
+         "accuracy": greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)}))
 
     accuracy_after = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
     evals.append({"wall_seconds": round(wall, 1), "step": updates, "accuracy": accuracy_after})

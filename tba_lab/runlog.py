@@ -266,12 +266,12 @@ class RunLog:
             shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
             self.bar.write(f"step {step}: held-out {shown} ({n} problems)")
         if when != "before":
-            self.next_eval = time.time() + (self.cfg.task.eval_every_seconds or float("inf"))
+            self.next_eval_from_now()
             self.t_free = time.time()  # evaluation is not waiting for data
 
-    def evaluation_deferred(self) -> None:
-        """An interim tick took a weight copy instead of evaluating (``task.defer_interim_eval``):
-        the next tick is ``task.eval_every_seconds`` from now."""
+    def next_eval_from_now(self) -> None:
+        """The next interim tick is ``task.eval_every_seconds`` from now (after an evaluation, or
+        after a tick that only copied the weights, ``task.defer_interim_eval``)."""
         self.next_eval = time.time() + (self.cfg.task.eval_every_seconds or float("inf"))
 
     # -------------------------------------------------------------------- close

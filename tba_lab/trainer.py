@@ -391,8 +391,8 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
                            tr.learning_rate * factor, t_ready, len(buffer))
                 if log.eval_due():                                 # 5. interim held-out metrics
                     if cfg.task.defer_interim_eval:  # a copy now, its evaluation after the budget
-                        snapshots.append((step, round(log.elapsed(), 1), _cpu_copy(policy)))
-                        log.evaluation_deferred()
+                        snapshots.append((step, round(log.elapsed(), 1), cpu_state_copy(policy)))
+                        log.next_eval_from_now()
                     else:
                         held_out_metrics(step, cfg.task.interim_eval_size, "interim")
                 if saver.due(step):                                # 6. resumable checkpoint
@@ -400,7 +400,7 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
             saver.save(step)
             log.stop_clock()  # before the searchers stop
             launcher.stop()
-            _evaluate_snapshots(policy, snapshots, lambda s, wall: held_out_metrics(
+            evaluate_weight_copies(policy, snapshots, lambda s, wall: held_out_metrics(
                 s, cfg.task.interim_eval_size, "interim", wall))
             held_out_metrics(step, cfg.task.eval_size, "after")
         except KeyboardInterrupt:
@@ -417,23 +417,26 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
     return log.summary
 
 
-def _cpu_copy(policy) -> dict[str, torch.Tensor]:
-    """A CPU copy of ``policy.state_dict()`` (same dtypes): one model's worth of host memory."""
+def cpu_state_copy(policy) -> dict[str, torch.Tensor]:
+    """A CPU copy of ``policy.state_dict()``: name -> tensor of the same shape and dtype, one
+    model's worth of host memory (4 MB for the embedded model)."""
     return {k: v.detach().to("cpu", copy=True) for k, v in policy.state_dict().items()}
 
 
-def _evaluate_snapshots(policy, snapshots: list, evaluate_at) -> None:
+def evaluate_weight_copies(policy, snapshots: list, evaluate_at) -> None:
     """Evaluate the weight copies of ``task.defer_interim_eval``, in order, after the budget.
 
-    ``snapshots``: ``(step, wall_seconds, state_dict)`` tuples; ``evaluate_at(step, wall)`` is
-    called with each copy loaded into ``policy``. The policy's own (final) weights are back
-    in place afterwards, also when an evaluation raises, so what ``train`` saves is the trained
-    policy. Copies are lost if the run is interrupted before its end (they are measurements,
-    not training state: a resumed run takes new ones from its resume on).
+    ``snapshots``: ``(step, wall_seconds, state_dict)`` tuples (update count, training
+    seconds, a :func:`cpu_state_copy`); ``evaluate_at(step, wall_seconds)`` is called with each
+    copy loaded into ``policy``. The policy's own (final) weights are back in place afterwards,
+    also when an evaluation raises (the error propagates), so what ``train`` saves is the
+    trained policy. Copies are lost if the run is interrupted before its end (they are
+    measurements, not training state: a resumed run takes new ones from its resume on).
+    ``bench/trl_grpo.py --defer-eval`` uses the same two functions for TRL's leg of the race.
     """
     if not snapshots:
         return
-    final = _cpu_copy(policy)
+    final = cpu_state_copy(policy)
     try:
         for step, wall, weights in snapshots:
             policy.load_state_dict(weights)

@@ -234,20 +234,20 @@ def test_deferred_interim_evaluations_score_the_weights_of_their_tick(tmp_path):
 
 
 def test_evaluating_weight_copies_puts_the_final_weights_back_even_on_error():
-    from tba_lab.trainer import _evaluate_snapshots
+    from tba_lab.trainer import evaluate_weight_copies
 
     layer = torch.nn.Linear(2, 1, bias=False)
     final = layer.weight.detach().clone()
     copies = [(1, 0.5, {"weight": torch.zeros(1, 2)}), (2, 1.0, {"weight": torch.ones(1, 2)})]
     seen = []
-    _evaluate_snapshots(layer, copies, lambda step, wall: seen.append((step, wall, layer.weight.sum().item())))
+    evaluate_weight_copies(layer, copies, lambda step, wall: seen.append((step, wall, layer.weight.sum().item())))
     assert seen == [(1, 0.5, 0.0), (2, 1.0, 2.0)]
     assert torch.equal(layer.weight, final)
 
     def fail(step, wall):
         raise RuntimeError("evaluation failed")
     with pytest.raises(RuntimeError, match="evaluation failed"):
-        _evaluate_snapshots(layer, copies, fail)
+        evaluate_weight_copies(layer, copies, fail)
     assert torch.equal(layer.weight, final)
 
 
