@@ -23,8 +23,8 @@ prompts x K = 8 responses), temperature (0.6), response cap (40 tokens) and rewa
     (c2)             async TBA with the fourth round's defaults: the searcher generates first
                      and then blocks on a full queue of two batches (``async.wait_for_room``
                      false, ``queue_size`` 2); also only when named
-    (b3), (c3)       sync TB and async TBA at learning rate 2.5e-5 (half the default); also
-                     only when named
+    (a3) to (d3)     legs (a) to (d) at learning rate 2.5e-5 (half the default); also only
+                     when named
 
 With several seeds (``--seeds 0 1 2``; ``--seed S`` is one seed) the legs run seed-major
 (seed 0: a b c d e, then seed 1: a b c d e, ...), so a drift in machine load hits every leg alike.
@@ -67,11 +67,13 @@ from tba_lab.lab.experiments.common import time_to_target  # noqa: E402  (linear
 
 # the searcher's rule before 2026-12-01T20: generate, then block on a full queue of two batches
 BLOCK_AT_PUT = {"queue_size": 2, "wait_for_room": False}
+LEGS_NAMES = {"a": "sync GRPO", "b": "sync TB", "c": "async TBA", "d": "async GRPO"}
+LEGS_OVERRIDES = {"a": {"algo": "grpo", "async": {"mode": "sync"}},
+                  "b": {"algo": "tb", "async": {"mode": "sync"}},
+                  "c": {"algo": "tb", "async": {"mode": "async"}},
+                  "d": {"algo": "grpo", "async": {"mode": "async"}}}
 LEGS = {
-    "a": ("sync GRPO", {"algo": "grpo", "async": {"mode": "sync"}}),
-    "b": ("sync TB", {"algo": "tb", "async": {"mode": "sync"}}),
-    "c": ("async TBA", {"algo": "tb", "async": {"mode": "async"}}),
-    "d": ("async GRPO", {"algo": "grpo", "async": {"mode": "async"}}),
+    **{leg: (LEGS_NAMES[leg], LEGS_OVERRIDES[leg]) for leg in "abcd"},
     "e": ("TRL GRPOTrainer", None),
     # (c1) and (c0) as they ran on 2026-12-01T14:23: recency m 0.8, reference pass in the searcher,
     # and the searcher generating first, then blocking on a full queue of two batches
@@ -83,11 +85,11 @@ LEGS = {
                                                                   "reference_pass": "searcher",
                                                                   **BLOCK_AT_PUT},
                                           "buffer": {"max_replay_ratio": 0.0, "recency_prob": 0.8}}),
-    # (b3) and (c3): the TB legs at half the learning rate (the per-update table of 2026-12-01T22:56)
-    "b3": ("sync TB, lr 2.5e-5", {"algo": "tb", "async": {"mode": "sync"},
-                                  "training": {"learning_rate": 2.5e-5}}),
-    "c3": ("async TBA, lr 2.5e-5", {"algo": "tb", "async": {"mode": "async"},
-                                    "training": {"learning_rate": 2.5e-5}}),
+    # (a3) to (d3): legs (a) to (d) at half the learning rate (the per-update table of
+    # 2026-12-01T22:56 found TB better per update at 2.5e-5)
+    **{f"{leg}3": (f"{LEGS_NAMES[leg]}, lr 2.5e-5", {**LEGS_OVERRIDES[leg],
+                                                     "training": {"learning_rate": 2.5e-5}})
+       for leg in "abcd"},
     # (c2) as (c) ran on 2026-12-01T16:47, before the searcher waited for room in its queue
     "c2": ("async TBA, searcher blocks at the put", {"algo": "tb", "async": {"mode": "async",
                                                                            **BLOCK_AT_PUT}}),
@@ -228,7 +230,7 @@ def goal(agg: dict, ticks: list[float]) -> dict:
     """The goal on the means over seeds: async TBA (c) at or above sync TB (b) at every
     checkpoint from the first on, the end included (``c_at_or_above_b``), and (c) the fastest leg
     to the target (``c_fastest_to_target``: (c) reached it in every seed and its mean time is at
-    most every other leg's, the five legs of the goal ((c1), (c0), (c2), (b3) and (c3) are variants, not
+    most every other leg's, the five legs of the goal ((c1), (c0), (c2) and (a3) to (d3) are variants, not
     rivals); a leg that missed it in some seed counts as slower). ``met`` is both.
     Each is None when leg (b) or (c) did not run; ``c_minus_b`` gives the differences."""
     if "b" not in agg or "c" not in agg:
