@@ -46,7 +46,8 @@ says whether async TBA (c) is at or above sync TB (b) at every checkpoint from t
 The script writes ``race.json`` (per seed and leg the measured evaluations, plus the interpolated
 values, the means and ranges, the ratios and the goal booleans; rewritten after every leg, so it
 survives a crash), ``race.md`` (a header line: date, ``os.cpu_count()`` cores, seeds, minutes,
-eval size and period; then the throughput report, the table, the ratios and the goal line) and
+eval size and period; then the throughput report, the table, the table at equal trainer updates
+(``updates_table``), the ratios and the goal line) and
 ``race.png`` (interpolated accuracy against seconds per leg, mean over seeds with a min-max band,
 and updates per minute) to the output directory, each leg's run folder under
 ``seed<S>/<leg>/``. Legs run one after another in this process on an otherwise idle machine;
