@@ -59,6 +59,24 @@ VARIANTS = {
     "tb_beta0.3": ({"algo": "tb", "tb": {"beta": 0.3}}, 0, 1, "TB, on-policy, beta 0.3"),
     "tb_lr2.5e-5": ({"algo": "tb", "training": {"learning_rate": 2.5e-5}}, 0, 1,
                     "TB, on-policy, learning rate 2.5e-5"),
+    # TB with GRPO's two normalisations (tb.loss_type, tb.scale_rewards), 2026-12-02
+    "tb_len": ({"algo": "tb", "tb": {"loss_type": "token_mean"}}, 0, 1,
+               "TB, tb.loss_type token_mean"),
+    "tb_len_lr2.5e-5": ({"algo": "tb", "tb": {"loss_type": "token_mean"},
+                         "training": {"learning_rate": 2.5e-5}}, 0, 1,
+                        "TB, tb.loss_type token_mean, learning rate 2.5e-5"),
+    "tb_len_lr1.25e-5": ({"algo": "tb", "tb": {"loss_type": "token_mean"},
+                          "training": {"learning_rate": 1.25e-5}}, 0, 1,
+                         "TB, tb.loss_type token_mean, learning rate 1.25e-5"),
+    "tb_len_std": ({"algo": "tb", "tb": {"loss_type": "token_mean", "scale_rewards": "group"}},
+                   0, 1, "TB, tb.loss_type token_mean and tb.scale_rewards group"),
+    "tb_len_std_lr2.5e-5": ({"algo": "tb", "tb": {"loss_type": "token_mean",
+                                                  "scale_rewards": "group"},
+                             "training": {"learning_rate": 2.5e-5}}, 0, 1,
+                            "TB, tb.loss_type token_mean and tb.scale_rewards group, learning "
+                            "rate 2.5e-5"),
+    "tb_noclip": ({"algo": "tb", "training": {"max_grad_norm": 0}}, 0, 1,
+                  "TB, no gradient-norm clipping (training.max_grad_norm 0)"),
 }
 
 

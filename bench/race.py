@@ -91,6 +91,12 @@ LEGS = {
     **{f"{leg}3": (f"{LEGS_NAMES[leg]}, lr 2.5e-5", {**LEGS_OVERRIDES[leg],
                                                      "training": {"learning_rate": 2.5e-5}})
        for leg in "abcd"},
+    # (b4) and (c4): the TB legs with GRPO's two normalisations at lr 2.5e-5 (the per-update
+    # table of 2026-12-02T01:21 found them level with GRPO per update)
+    **{f"{leg}4": (f"{LEGS_NAMES[leg]}, token mean, group std, lr 2.5e-5",
+                   {**LEGS_OVERRIDES[leg], "tb": {"loss_type": "token_mean", "scale_rewards": "group"},
+                    "training": {"learning_rate": 2.5e-5}})
+       for leg in "bc"},
     # (c2) as (c) ran on 2026-12-01T16:47, before the searcher waited for room in its queue
     "c2": ("async TBA, searcher blocks at the put", {"algo": "tb", "async": {"mode": "async",
                                                                            **BLOCK_AT_PUT}}),

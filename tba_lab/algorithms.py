@@ -34,9 +34,10 @@ from dataclasses import dataclass
 import torch
 
 from tba_lab.config import check, check_choice
-from tba_lab.losses import (GRPO_LOSS_TYPES, KL_ESTIMATORS, SCALE_REWARDS, beta_schedule,
-                            group_advantages, grpo_loss, online_dpo_loss, rloo_advantages,
-                            rloo_loss, sequence_logprobs, trajectory_balance_loss)
+from tba_lab.losses import (GRPO_LOSS_TYPES, KL_ESTIMATORS, SCALE_REWARDS, TB_LOSS_TYPES,
+                            beta_schedule, group_advantages, grpo_loss, online_dpo_loss,
+                            rloo_advantages, rloo_loss, sequence_logprobs,
+                            trajectory_balance_loss)
 from tba_lab.registry import ALGORITHMS
 from tba_lab.rollout.scoring import response_logprobs
 
@@ -226,6 +227,8 @@ class TBConfig:
     beta_anneal_steps: int = 0          # over this many trainer updates, then constant
     log_z: str = "vargrad"              # "vargrad": per-prompt estimate (Eq. 4); "learned": one scalar parameter
     log_z_lr: float = 0.1               # AdamW learning rate of the learned log Z (torchgfn's usual 0.1)
+    loss_type: str = "sum"              # "sum": Eq. 5 (sequence log-probs); "token_mean": residual^2 / length
+    scale_rewards: str = "none"         # "none": raw rewards (the paper); "group" | "batch": GRPO's std division
 
     def validate(self) -> None:
         check(self.beta > 0, f"tb.beta={self.beta}: the KL coefficient must be > 0")
@@ -233,15 +236,27 @@ class TBConfig:
         check(self.beta_anneal_steps >= 0, "tb.beta_anneal_steps must be >= 0")
         check_choice(self.log_z, ("vargrad", "learned"), "tb.log_z")
         check(self.log_z_lr > 0, f"tb.log_z_lr={self.log_z_lr}: must be > 0")
+        check_choice(self.loss_type, TB_LOSS_TYPES, "tb.loss_type")
+        check_choice(self.scale_rewards, SCALE_REWARDS, "tb.scale_rewards")
 
 
 @ALGORITHMS.register
 class TrajectoryBalance(Algorithm):
     """TB with the VarGrad log Z (Eq. 3-5), beta annealed linearly (``beta_schedule``).
 
-    Rewards are stored raw and divided by the CURRENT beta here. ``tb.log_z: learned`` replaces
-    the VarGrad estimate by ONE learned scalar for all prompts (torchgfn's ``logZ``), a departure
-    from the paper, whose log Z depends on the prompt.
+    Rewards are stored raw and divided by the CURRENT beta here. The defaults are the paper's
+    loss; three options depart from it:
+
+    * ``tb.log_z: learned`` replaces the VarGrad estimate by ONE learned scalar for all prompts
+      (torchgfn's ``logZ``), where the paper's log Z depends on the prompt.
+    * ``tb.scale_rewards: group`` (or ``batch``) divides each group's centred rewards by their
+      std before the division by beta (:func:`~tba_lab.losses.group_advantages`, GRPO's
+      scaling; a group whose rewards are all equal gets 0). The target (Eq. 2) then uses a
+      per-prompt reward scale: pi_ref * exp((r - mean) / (std * beta)).
+    * ``tb.loss_type: token_mean`` divides each squared residual by its response's length
+      (GRPO's per-sequence token mean; the minimum, every residual zero, is unchanged).
+
+    The last two are GRPO's two normalisations; README "Seventh round" measures them.
     """
     name, section, config_class = "tb", "tb", TBConfig
 
@@ -260,8 +275,13 @@ class TrajectoryBalance(Algorithm):
         return [{"params": [self.log_z], "base_lr": self.options.log_z_lr, "weight_decay": 0.0}]
 
     def loss(self, batch: PolicyBatch, step: int):
-        return trajectory_balance_loss(batch.logps, batch.ref_logps, batch.rewards, self.beta(step),
-                                       batch.group_size, log_z=self.log_z)
+        o, rewards, lengths = self.options, batch.rewards, None
+        if o.scale_rewards != "none":  # centring alone changes nothing: log Z absorbs it
+            rewards = group_advantages(rewards, batch.group_size, o.scale_rewards)
+        if o.loss_type == "token_mean":
+            lengths = batch.mask.sum(dim=1)                                # (N,) tokens
+        return trajectory_balance_loss(batch.logps, batch.ref_logps, rewards, self.beta(step),
+                                       batch.group_size, log_z=self.log_z, lengths=lengths)
 
     def summary(self) -> dict:
         return {} if self.log_z is None else {"learned_log_z": self.log_z.item()}

@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 TB_REDUCTIONS = ("mean", "sum", "none")
+TB_LOSS_TYPES = ("sum", "token_mean")
 SCALE_REWARDS = ("group", "batch", "none")
 KL_ESTIMATORS = ("k1", "k3")
 GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo")
@@ -252,11 +253,13 @@ def vargrad_log_z(logps: torch.Tensor, ref_logps: torch.Tensor, rewards: torch.T
 
 def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, rewards: torch.Tensor,
                             beta: float, group_size: int, reduction: str = "mean",
-                            log_z: torch.Tensor | None = None):
+                            log_z: torch.Tensor | None = None,
+                            lengths: torch.Tensor | None = None):
     """Trajectory balance loss with the VarGrad log Z (TBA Eqs. 3-5).
 
         residual_ij = sg[log Z_hat(x_i)] + log pi(y_ij|x_i) - log pi_ref(y_ij|x_i) - r_ij / beta
-        loss        = reduction over rows of residual_ij ** 2
+        loss        = reduction over rows of residual_ij ** 2            (lengths None: Eq. 5)
+        loss        = reduction over rows of residual_ij ** 2 / T_ij     (lengths given)
 
     Off-policy safe: rows may come from any (stale) policy; no importance ratio is needed. The
     residuals of a group sum to zero, and the loss is zero exactly when log pi - log pi_ref equals
@@ -272,6 +275,12 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
         log_z: None for the VarGrad estimate (Eq. 4, detached); or a learned log-partition,
             a 0-dim tensor (one value for every prompt) or (B,) (one per prompt), which keeps
             its grad so the loss trains it (Eq. 3 with a parameterised Z, as in torchgfn).
+        lengths: None for Eq. 5 as the paper writes it; or (N,) response lengths T_ij in tokens
+            (> 0; ``tb.loss_type: token_mean``). Each squared residual is divided by its row's
+            length, so a row's gradient is 2 * residual * the MEAN over its tokens of
+            grad log pi (GRPO's per-sequence token mean) rather than their sum. A departure from
+            the paper: the loss is still zero exactly at the target (every residual zero); only
+            the weight of each row on the way there changes.
 
     Returns:
         (loss, info): loss is a 0-dim tensor ('mean'/'sum') or (N,) ('none'); info is a dict of
@@ -281,7 +290,8 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
 
     Raises:
         ValueError: shapes differ or are not 1-D; non-finite rewards; group_size < 1 or
-            N % group_size != 0; beta <= 0; unknown reduction; log_z neither 0-dim nor (B,).
+            N % group_size != 0; beta <= 0; unknown reduction; log_z neither 0-dim nor (B,);
+            a length that is not > 0.
     """
     if reduction not in TB_REDUCTIONS:
         raise ValueError(f"reduction must be one of {TB_REDUCTIONS}, got {reduction!r}")
@@ -293,6 +303,12 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
             "usually mean a broken reward function (e.g. log of 0, a failed parse returning NaN)"
         )
     rewards = rewards.to(logps.dtype)
+    if lengths is not None:
+        lengths = torch.as_tensor(lengths, device=logps.device).to(logps.dtype)
+        _check_same_shape(logps=logps, lengths=lengths)
+        if not bool((lengths > 0).all()):
+            raise ValueError("lengths (response lengths in tokens) must all be > 0; a row with "
+                             "an empty response has no tokens to average over")
     b = _check_group_layout(logps.shape[0], group_size)
     if log_z is None:
         log_z = vargrad_log_z(logps, ref_logps, rewards, beta, group_size)  # (B,), detached
@@ -306,6 +322,8 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
     log_ratio = logps - ref_logps                                          # (N,)
     residual = log_z.repeat_interleave(group_size) + log_ratio - rewards / beta  # (N,)
     sq = residual ** 2
+    if lengths is not None:
+        sq = sq / lengths                                                  # (N,), token mean
     if reduction == "mean":
         loss = sq.mean()
     elif reduction == "sum":
