@@ -72,7 +72,7 @@ class BufferConfig:
     inv_temp: float = 0.0               # reward prioritisation softmax(inv_temp * r); 0 = uniform
     max_prompts: int = 256              # prompts remembered (least recently refreshed evicted); 0 = unbounded
     initial_fill: int = 256             # rollouts in the buffer before the first update (async)
-    max_replay_ratio: float = 1.0       # async: the trainer waits rather than train on more than this many rows per row generated (0 = no bound; README "first minutes")
+    max_replay_ratio: float = 1.0       # async: the trainer waits rather than train on more than this many rows per row generated (0 = no bound; docs/first_minute.md)
     dedup: bool = False                 # keep one copy of a repeated response per prompt (off: groups stay samples)
     recency_fallback: str = "newest"    # recency slot with no fresh prompt left: the "newest" other prompt, or "reward" mode
 

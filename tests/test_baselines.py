@@ -142,6 +142,37 @@ def test_tb_with_learned_log_z_hand_computed_and_trains_log_z():
     assert vg.item() == pytest.approx(best.item())
 
 
+@pytest.mark.parametrize("loss_type,scale_rewards", [("sum", "none"), ("token_mean", "none"),
+                                                     ("sum", "group"), ("token_mean", "group")])
+def test_tb_loss_type_and_scale_rewards_vs_numpy(loss_type, scale_rewards):
+    """``tb.loss_type`` and ``tb.scale_rewards`` through ``TrajectoryBalance.loss``, against the
+    loss written out in numpy (the defaults, "sum" and "none", are Eq. 5 on raw rewards)."""
+    from tba_lab.algorithms import PolicyBatch, make_algorithm
+    from tba_lab.config import from_dict
+
+    g = torch.Generator().manual_seed(3)
+    k, beta = 4, 0.1
+    lengths = np.array([3, 1, 2, 4, 2, 2, 3, 1])
+    mask = torch.arange(4).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)       # (8, 4)
+    tok = torch.where(mask, -torch.rand(8, 4, generator=g, dtype=D), torch.zeros((), dtype=D))
+    ref_tok = torch.where(mask, -torch.rand(8, 4, generator=g, dtype=D), torch.zeros((), dtype=D))
+    rewards = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])  # the second group all equal
+    batch = PolicyBatch(token_logps=tok, mask=mask, rewards=torch.tensor(rewards, dtype=D),
+                        behaviour_token_logps=tok.clone(), ref_token_logps=ref_tok, group_size=k)
+    cfg = from_dict({"algo": "tb", "tb": {"beta": beta, "loss_type": loss_type,
+                                          "scale_rewards": scale_rewards}})
+    loss, _ = make_algorithm(cfg).loss(batch, step=0)
+
+    r = rewards.reshape(2, k)
+    if scale_rewards == "group":  # GRPO's (r - mean) / (std + 1e-4), Bessel std; 0 if all equal
+        std = r.std(axis=1, ddof=1, keepdims=True)
+        r = np.where(std > 0, (r - r.mean(axis=1, keepdims=True)) / (std + 1e-4), 0.0)
+    d = (tok.sum(1) - ref_tok.sum(1)).numpy().reshape(2, k) - r / beta  # log pi - log pi_ref - r/beta
+    residual = (d - d.mean(axis=1, keepdims=True)).reshape(-1)          # + VarGrad log Z (Eq. 4)
+    weight = 1.0 / lengths if loss_type == "token_mean" else np.ones(8)
+    assert loss.item() == pytest.approx(float(np.mean(weight * residual ** 2)), rel=1e-9)
+
+
 def test_scale_rewards_batch_uses_the_batch_std():
     r = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=D)  # 2 groups of 4
     batch = group_advantages(r, 4, "batch", eps=0.0)

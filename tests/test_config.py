@@ -152,6 +152,8 @@ def test_missing_yaml_file(tmp_path):
     ({"tb": {"beta": 0}}, "tb.beta"),
     ({"max_minutes": 0}, "max_minutes"),
     ({"grpo": {"loss_type": "sum"}}, "grpo.loss_type"),
+    ({"tb": {"loss_type": "grpo"}}, "tb.loss_type"),
+    ({"tb": {"scale_rewards": "std"}}, "tb.scale_rewards"),
 ])
 def test_bad_value_names_the_field(data, field):
     with pytest.raises(ConfigError) as e:

@@ -199,6 +199,23 @@ def test_tb_input_errors():
         trajectory_balance_loss(logps, refs, rew, BETA, K, reduction="avg")
 
 
+def test_tb_loss_token_mean_hand_computed():
+    # residuals as in test_tb_loss_hand_computed: [-0.5, 0.5, -2.5, 2.5], squares [0.25, 0.25,
+    # 6.25, 6.25]; lengths [1, 2, 5, 5] -> [0.25, 0.125, 1.25, 1.25]: sum 2.875, mean 0.71875
+    logps, refs, rew = t(LOGPS, requires_grad=True), t(REFS), t(REWARDS)
+    lengths = torch.tensor([1, 2, 5, 5])
+    loss, info = trajectory_balance_loss(logps, refs, rew, BETA, K, lengths=lengths)
+    assert loss.item() == pytest.approx(0.71875)
+    assert info["residual_abs_mean"] == pytest.approx(1.5)  # the residuals themselves are unchanged
+    # d loss / d log pi_i = 2 * residual_i / (T_i * N): the mean over the row's tokens
+    (grad,) = torch.autograd.grad(loss, logps)
+    torch.testing.assert_close(grad, t([-0.25, 0.125, -0.25, 0.25]))
+    with pytest.raises(ValueError, match="lengths.*> 0"):
+        trajectory_balance_loss(logps, refs, rew, BETA, K, lengths=torch.tensor([1, 0, 5, 5]))
+    with pytest.raises(ValueError, match="shape"):
+        trajectory_balance_loss(logps, refs, rew, BETA, K, lengths=torch.tensor([1, 2, 5]))
+
+
 # ----------------------------------------------------------------------------------------------
 # GRPO family
 # ----------------------------------------------------------------------------------------------

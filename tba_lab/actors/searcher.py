@@ -165,7 +165,7 @@ def wait_for_room(q, stop) -> bool:
     full waits there a whole trainer update and is trained on two versions after the weights
     that generated it, for good: the backlog never drains. Waiting here instead, the searcher
     generates from the weights published just before the trainer takes its previous batch, and
-    ``async.queue_size: 1`` keeps the staleness of fresh rollouts at 1 (README, "Fifth round").
+    ``async.queue_size: 1`` keeps the staleness of fresh rollouts at 1 (docs/first_minute.md, fifth round).
 
     Checks ``q.full()`` (portable; ``qsize`` is not on macOS) with sleeps growing from 1 to
     10 ms: a few ms of added latency per batch, and few remote calls to a Ray queue's actor.
