@@ -77,6 +77,15 @@ VARIANTS = {
                             "rate 2.5e-5"),
     "tb_noclip": ({"algo": "tb", "training": {"max_grad_norm": 0}}, 0, 1,
                   "TB, no gradient-norm clipping (training.max_grad_norm 0)"),
+    # off-policy robustness per update: rollouts from the weights of 10 updates before
+    "tb_stale10": ({"algo": "tb"}, 10, 1, "TB, rollouts from the weights of 10 updates before"),
+    "grpo_stale10": ({"algo": "grpo"}, 10, 1,
+                     "GRPO, rollouts from the weights of 10 updates before"),
+    "tb_len_std_lr2.5e-5_stale10": ({"algo": "tb", "tb": {"loss_type": "token_mean",
+                                                          "scale_rewards": "group"},
+                                     "training": {"learning_rate": 2.5e-5}}, 10, 1,
+                                    "as tb_len_std_lr2.5e-5, rollouts from the weights of 10 "
+                                    "updates before"),
 }
 
 
