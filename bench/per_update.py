@@ -40,6 +40,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # name -> (config overrides, staleness in updates, uses per batch, description)
+# tb.* options that give TB GRPO's two normalisations (per-sequence token mean, group std)
+GRPO_NORMS = {"loss_type": "token_mean", "scale_rewards": "group"}
 VARIANTS = {
     "tb": ({"algo": "tb"}, 0, 1, "TB, on-policy"),
     "grpo": ({"algo": "grpo"}, 0, 1, "GRPO, on-policy"),
@@ -68,10 +70,9 @@ VARIANTS = {
     "tb_len_lr1.25e-5": ({"algo": "tb", "tb": {"loss_type": "token_mean"},
                           "training": {"learning_rate": 1.25e-5}}, 0, 1,
                          "TB, tb.loss_type token_mean, learning rate 1.25e-5"),
-    "tb_len_std": ({"algo": "tb", "tb": {"loss_type": "token_mean", "scale_rewards": "group"}},
-                   0, 1, "TB, tb.loss_type token_mean and tb.scale_rewards group"),
-    "tb_len_std_lr2.5e-5": ({"algo": "tb", "tb": {"loss_type": "token_mean",
-                                                  "scale_rewards": "group"},
+    "tb_len_std": ({"algo": "tb", "tb": GRPO_NORMS}, 0, 1,
+                   "TB, tb.loss_type token_mean and tb.scale_rewards group"),
+    "tb_len_std_lr2.5e-5": ({"algo": "tb", "tb": GRPO_NORMS,
                              "training": {"learning_rate": 2.5e-5}}, 0, 1,
                             "TB, tb.loss_type token_mean and tb.scale_rewards group, learning "
                             "rate 2.5e-5"),
@@ -81,8 +82,7 @@ VARIANTS = {
     "tb_stale10": ({"algo": "tb"}, 10, 1, "TB, rollouts from the weights of 10 updates before"),
     "grpo_stale10": ({"algo": "grpo"}, 10, 1,
                      "GRPO, rollouts from the weights of 10 updates before"),
-    "tb_len_std_lr2.5e-5_stale10": ({"algo": "tb", "tb": {"loss_type": "token_mean",
-                                                          "scale_rewards": "group"},
+    "tb_len_std_lr2.5e-5_stale10": ({"algo": "tb", "tb": GRPO_NORMS,
                                      "training": {"learning_rate": 2.5e-5}}, 10, 1,
                                     "as tb_len_std_lr2.5e-5, rollouts from the weights of 10 "
                                     "updates before"),
