@@ -86,6 +86,29 @@ VARIANTS = {
                                      "training": {"learning_rate": 2.5e-5}}, 10, 1,
                                     "as tb_len_std_lr2.5e-5, rollouts from the weights of 10 "
                                     "updates before"),
+    # why does TB lose accuracy at staleness 10? one factor at a time (2026-12-02T04)
+    "tb_stale10_beta1": ({"algo": "tb", "tb": {"beta": 1.0}}, 10, 1,
+                         "tb_stale10 with beta 1.0 (rewards over beta ten times smaller)"),
+    "tb_stale10_learned": ({"algo": "tb", "tb": {"log_z": "learned"}}, 10, 1,
+                           "tb_stale10 with one learned scalar log Z (tb.log_z learned) instead of "
+                           "VarGrad's per-prompt estimate"),
+    "tb_stale10_lr1.25e-5": ({"algo": "tb", "training": {"learning_rate": 1.25e-5}}, 10, 1,
+                             "tb_stale10 with learning rate 1.25e-5"),
+    "tb_learned": ({"algo": "tb", "tb": {"log_z": "learned"}}, 0, 1,
+                   "TB, on-policy, a learned scalar log Z (tb.log_z learned)"),
+    "tb_lr1.25e-5": ({"algo": "tb", "training": {"learning_rate": 1.25e-5}}, 0, 1,
+                     "TB, on-policy, learning rate 1.25e-5"),
+    # more off-policy: staleness 30, and GRPO at TB's learning rate (2026-12-02T04)
+    "tb_stale30_lr1.25e-5": ({"algo": "tb", "training": {"learning_rate": 1.25e-5}}, 30, 1,
+                             "tb_lr1.25e-5, rollouts from the weights of 30 updates before"),
+    "grpo_stale30": ({"algo": "grpo"}, 30, 1,
+                     "GRPO, rollouts from the weights of 30 updates before"),
+    "grpo_lr1.25e-5": ({"algo": "grpo", "training": {"learning_rate": 1.25e-5}}, 0, 1,
+                       "GRPO, on-policy, learning rate 1.25e-5"),
+    "grpo_stale10_lr1.25e-5": ({"algo": "grpo", "training": {"learning_rate": 1.25e-5}}, 10, 1,
+                               "grpo_lr1.25e-5, rollouts from the weights of 10 updates before"),
+    "grpo_stale30_lr1.25e-5": ({"algo": "grpo", "training": {"learning_rate": 1.25e-5}}, 30, 1,
+                               "grpo_lr1.25e-5, rollouts from the weights of 30 updates before"),
 }
 
 

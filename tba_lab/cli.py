@@ -267,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default 0.40)")
     x.add_argument("--searchers", type=int, nargs="+", help="scaling: searcher counts to run "
                    "(default 1 2 4; e.g. 1 2 4 8 on a 16-core machine)")
+    x.add_argument("--config", help="YAML of RunConfig fields applied to every run, e.g. "
+                   "'training: {learning_rate: 1.25e-5}'; a field the experiment varies or "
+                   "fixes itself is refused")
     x.set_defaults(func=_experiment)
     return p
 

@@ -277,7 +277,7 @@ def test_searchers_flag_sets_the_scaling_grid(tmp_path, capsys, monkeypatch):
     from tba_lab import cli
 
     seen = {}
-    monkeypatch.setattr(ex, "run_experiment", lambda name, smoke, seeds, out, settings=None, log=print:
+    monkeypatch.setattr(ex, "run_experiment", lambda name, smoke, seeds, out, settings=None, **kw:
                         seen.update(name=name, settings=settings) or {"report": "r", "readings": []})
     assert cli.main(["experiment", "scaling", "--searchers", "8", "1", "2", "4",
                      "--output-dir", str(tmp_path)]) == 0
@@ -285,6 +285,55 @@ def test_searchers_flag_sets_the_scaling_grid(tmp_path, capsys, monkeypatch):
     assert [v for v, _ in scaling.variants(s)] == ["n1", "n2", "n4", "n8"]
     assert cli.main(["experiment", "beta", "--searchers", "2"]) == 2
     assert "--searchers applies to the scaling experiment only" in capsys.readouterr().err
+
+
+def test_config_applies_to_every_run_and_refuses_what_the_experiment_sets(tmp_path, capsys,
+                                                                         monkeypatch):
+    """``--config`` (``with_config``) puts RunConfig fields under every variant's overrides:
+    the grid stays the experiment's, a field it sets is refused by name, a bad field stops
+    the command before any run, and the report's header shows what every run got."""
+    import tba_lab.lab.experiments as ex
+    from tba_lab import cli
+    from tba_lab.config import ConfigError, from_dict
+    from tba_lab.lab.experiments.common import header
+
+    plan = off_policy.variants(experiment_settings("off_policy"))
+    lr = {"training": {"learning_rate": 1.25e-5}}
+    merged = ex.with_config("off_policy", plan, lr)
+    assert [v for v, _ in merged] == [v for v, _ in plan]
+    for (_, o), (_, m) in zip(plan, merged):
+        cfg, base = from_dict(m), from_dict(o)
+        assert cfg.training.learning_rate == 1.25e-5 and base.training.learning_rate != 1.25e-5
+        assert (cfg.algo, cfg.async_.sync_period, cfg.training.max_steps) == (
+            base.algo, base.async_.sync_period, base.training.max_steps)
+    assert ex.with_config("off_policy", plan, None) is plan
+    for bad, field in (({"async": {"sync_period": 2}}, "async.sync_period"), ({"algo": "rloo"}, "algo"),
+                       ({"training": {"max_steps": 9}}, "training.max_steps"), ({"seed": 3}, "seed")):
+        with pytest.raises(ExperimentError, match=rf"--config sets {field}, which experiment "
+                                                  r"'off_policy' sets itself .*remove it"):
+            ex.with_config("off_policy", plan, bad)
+    with pytest.raises(ConfigError, match="trainin"):
+        ex.with_config("off_policy", plan, {"trainin": {"learning_rate": 1e-5}})
+    with pytest.raises(ExperimentError, match="YAML mapping"):
+        ex.with_config("off_policy", plan, [1, 2])
+    assert "| run config (`--config`, every run) | `{\"training\": {\"learning_rate\": 1.25e-05}}` |" \
+        in header("off_policy", "t", "c", [0], False, {}, "now", 60, 1, 60, lr)
+    assert not any("--config" in line for line in header("b", "t", "c", [0], False, {}, "now", 60, 1, 60))
+
+    seen = {}
+    monkeypatch.setattr(ex, "run_experiment", lambda *a, config=None, **k:
+                        seen.update(config=config) or {"report": "r", "readings": []})
+    good, typo, clash = (tmp_path / f"{n}.yaml" for n in ("good", "typo", "clash"))
+    good.write_text("training:\n  learning_rate: 1.25e-5\n")
+    typo.write_text("trainin:\n  learning_rate: 1.25e-5\n")
+    clash.write_text("async:\n  sync_period: 2\n")
+    assert cli.main(["experiment", "off_policy", "--config", str(good)]) == 0
+    assert seen["config"] == lr
+    seen.clear()
+    for path, said in ((typo, "unknown config key 'trainin'"), (clash, "async.sync_period"),
+                       (tmp_path / "none.yaml", "not found")):
+        assert cli.main(["experiment", "off_policy", "--config", str(path)]) == 2
+        assert said in capsys.readouterr().err and not seen  # refused before any run
 
 
 def test_full_settings_and_the_seed_major_plan():
@@ -336,13 +385,13 @@ def test_experiment_all_runs_the_four_in_order_with_the_smoke_settings(tmp_path,
 
     calls = []
 
-    def fake(name, smoke, seeds, output_dir, settings=None, log=print):
-        calls.append((name, smoke, list(seeds), str(output_dir), settings))
+    def fake(name, smoke, seeds, output_dir, settings=None, log=print, config=None):
+        calls.append((name, smoke, list(seeds), str(output_dir), settings, config))
         return {"report": f"{output_dir}/{name}/report.md", "readings": [f"{name} reading"]}
 
     monkeypatch.setattr(ex, "run_experiment", fake)
     assert cli.main(["experiment", "all", "--smoke", "--output-dir", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert printed.index("estimate:") < printed.index("off_policy: ")
-    assert calls == [(n, True, [0], str(tmp_path), {}) for n in EXPERIMENTS]
+    assert calls == [(n, True, [0], str(tmp_path), {}, None) for n in EXPERIMENTS]
     assert all(f"  - {n} reading" in printed for n in EXPERIMENTS)

@@ -24,7 +24,9 @@ Every run is the real :func:`tba_lab.trainer.train` with a config from
 every variant), so a drift in machine load hits the variants alike. Experiments 1-3 compare at
 equal trainer updates (``training.max_steps``, with ``max_minutes`` only as a safety cap), so
 their results do not depend on the machine's speed; ``scaling`` is about speed and uses a
-wall-clock budget.
+wall-clock budget. ``--config FILE`` (``config=`` here) gives every run the RunConfig fields of
+a YAML file, e.g. another learning rate (:func:`with_config`); the experiment's own grid, run
+length and seeds stay its own.
 
 Where the miniature departs from the paper: a 1M-parameter model on synthetic two-step
 arithmetic instead of 0.4-7B models on GSM8K/MATH, TL;DR and red-teaming; CPU processes
@@ -111,13 +113,64 @@ def estimate_minutes(name: str, smoke: bool = False, seeds=None,
     return out
 
 
+def _leaves(data: dict, prefix: str = "") -> set[str]:
+    """The dotted names of the non-mapping values in ``data`` (``{"training": {"seed": 1}}``
+    -> ``{"training.seed"}``)."""
+    out = set()
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        out |= _leaves(value, f"{name}.") if isinstance(value, dict) else {name}
+    return out
+
+
+def with_config(name: str, plan: list[tuple[str, dict]],
+                config: dict | None) -> list[tuple[str, dict]]:
+    """``plan`` (an experiment's ``(variant, overrides)`` list) with ``config``, RunConfig
+    fields given by ``--config`` (e.g. ``{"training": {"learning_rate": 1.25e-5}}``), under
+    every variant's own overrides: the experiment keeps its grid and run length.
+
+    Every merged config is built with :func:`tba_lab.config.from_dict` here, so a bad field
+    stops the experiment before its first run.
+
+    Raises:
+        ExperimentError: ``config`` is not a mapping, or sets a field that a variant sets
+            itself (named, with the variant), or ``output_dir`` or ``seed`` (each run's own).
+        tba_lab.config.ConfigError: a merged config is invalid (unknown key, bad value).
+    """
+    from tba_lab.config import from_dict, merge
+
+    if not config:
+        return plan
+    if not isinstance(config, dict):
+        raise ExperimentError(f"--config: give a YAML mapping of RunConfig fields (e.g. "
+                              f"training: {{learning_rate: 1.25e-5}}), not {type(config).__name__}")
+    out = []
+    for variant, overrides in plan:
+        clash = sorted(_leaves(config) & (_leaves(overrides) | {"output_dir", "seed"}))
+        if clash:
+            raise ExperimentError(f"--config sets {', '.join(clash)}, which experiment {name!r} "
+                                  f"sets itself (variant {variant!r}); remove it from the file")
+        merged = merge(config, overrides)
+        from_dict(merged)
+        out.append((variant, merged))
+    return out
+
+
+def check_config(names: list[str], smoke: bool, settings: dict | None, config: dict | None) -> None:
+    """:func:`with_config` on the plan of each experiment in ``names``, before any of them runs
+    (raises as it does)."""
+    for n in names:
+        with_config(n, EXPERIMENTS[n].variants(experiment_settings(n, smoke, settings, False)),
+                    config)
+
+
 def _default_seeds(seeds, smoke: bool) -> list:
     return list(seeds) if seeds is not None else list(SMOKE_SEEDS if smoke else DEFAULT_SEEDS)
 
 
 def run_experiment(name: str, smoke: bool = False, seeds=None,
                    output_dir: str | Path = "runs/experiments", settings: dict | None = None,
-                   log=print) -> dict:
+                   log=print, config: dict | None = None) -> dict:
     """Run one experiment over ``seeds`` and write its report; returns the result dict (as
     ``results.json``, plus ``"report"`` and ``"figures"`` paths).
 
@@ -128,10 +181,13 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
         output_dir: the experiment goes to ``output_dir/name``.
         settings: overrides of the experiment's settings (:func:`experiment_settings`).
         log: called with one line per run and the estimate (None: silent).
+        config: RunConfig fields applied to every run (``--config``; :func:`with_config`),
+            recorded in ``results.json`` and the report's header.
 
     Raises:
-        ExperimentError: unknown name, empty or repeated seeds, unknown setting.
-        tba_lab.config.ConfigError: a setting that makes an invalid run config.
+        ExperimentError: unknown name, empty or repeated seeds, unknown setting, a ``config``
+            field the experiment sets itself.
+        tba_lab.config.ConfigError: a setting or ``config`` that makes an invalid run config.
         KeyboardInterrupt: re-raised after ``results.json`` holds the runs so far.
     """
     say = log or (lambda *a, **k: None)
@@ -141,14 +197,15 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     seeds = check_seeds(_default_seeds(seeds, smoke))
     s = experiment_settings(name, smoke, settings)
     out = Path(output_dir) / name
-    plan = mod.variants(s)
+    plan = with_config(name, mod.variants(s), config)
     est = mod.estimate_seconds(s, len(seeds), smoke)
     say(f"{name}: {len(plan) * len(seeds)} runs ({len(plan)} variants x seeds "
         f"{' '.join(map(str, seeds))}), estimated {est / 60:.1f} min on 2 cores")
     started, t0 = now(), time.time()
     result = {"experiment": name, "title": mod.TITLE, "claim": mod.CLAIM, "smoke": smoke,
               "started": started, "cores": os.cpu_count(), "seeds": seeds,
-              "settings": s, "estimate_seconds": round(est, 1), "runs": []}
+              "settings": s, "config": config or {}, "estimate_seconds": round(est, 1),
+              "runs": []}
     runs = result["runs"]
     for seed in seeds:  # seed-major: a drift in machine load hits every variant alike
         for variant, overrides in plan:
@@ -182,7 +239,7 @@ def _report_lines(mod, result: dict, figures: list[tuple[str, str]]) -> list[str
     """``report.md``: header, each figure with its generated reading, the table, departures."""
     lines = header(result["experiment"], mod.TITLE, mod.CLAIM, result["seeds"], result["smoke"],
                    result["settings"], result["started"], result["seconds"],
-                   len(result["runs"]), result["estimate_seconds"])
+                   len(result["runs"]), result["estimate_seconds"], result["config"])
     for i, (fig, caption) in enumerate(figures, 1):
         lines += [f"## Figure {i}", "", f"![{caption}]({fig})", "", caption, "",
                   "**Reading (sentences generated from this run's numbers):**", ""]
@@ -198,22 +255,25 @@ def _report_lines(mod, result: dict, figures: list[tuple[str, str]]) -> list[str
 
 
 def run_all(smoke: bool = False, seeds=None, output_dir: str | Path = "runs/experiments",
-            settings: dict | None = None, log=print) -> dict[str, dict]:
+            settings: dict | None = None, log=print,
+            config: dict | None = None) -> dict[str, dict]:
     """The four experiments one after another (:func:`run_experiment` each); ``settings``
-    apply to the experiments that have them. Prints the estimate of each before starting."""
+    apply to the experiments that have them, ``config`` to every run (checked against all
+    four plans before the first run). Prints the estimate of each before starting."""
     say = log or (lambda *a, **k: None)
     keys = set(settings or {})
     known = set().union(*(EXPERIMENTS[n].settings(smoke) for n in EXPERIMENTS))
     if keys - known:
         raise ExperimentError(f"no experiment has setting(s) {sorted(keys - known)}; "
                               f"known: {sorted(known)}")
+    check_config(list(EXPERIMENTS), smoke, settings, config)
     est = estimate_minutes("all", smoke, seeds, settings)
     say("estimate: " + ", ".join(f"{n} {m:.1f} min" for n, m in est.items())
         + f"; total {sum(est.values()):.1f} min on 2 cores")
     out = {}
     for n in EXPERIMENTS:
         s = {k: v for k, v in (settings or {}).items() if k in EXPERIMENTS[n].settings(smoke)}
-        out[n] = run_experiment(n, smoke, seeds, output_dir, s, log)
+        out[n] = run_experiment(n, smoke, seeds, output_dir, s, log, config)
     return out
 
 
@@ -260,15 +320,21 @@ def main(args) -> int:
             settings[key] = value
         for n in names:
             experiment_settings(n, args.smoke, settings, strict=False)  # value checks
-    except ExperimentError as e:
+        config = None
+        if getattr(args, "config", None):
+            from tba_lab.config import read_yaml_data
+
+            config = read_yaml_data(args.config)
+            check_config(names, args.smoke, settings, config)  # a bad field stops here
+    except (ExperimentError, ConfigError, FileNotFoundError) as e:
         print(f"tba-lab experiment: {e}", file=sys.stderr)
         return 2
     try:
         if args.name == "all":
-            results = run_all(args.smoke, seeds, args.output_dir, settings)
+            results = run_all(args.smoke, seeds, args.output_dir, settings, config=config)
         else:
             results = {args.name: run_experiment(args.name, args.smoke, seeds, args.output_dir,
-                                                 settings)}
+                                                 settings, config=config)}
     except KeyboardInterrupt:
         print(f"\ninterrupted: the runs so far are in {args.output_dir}/<NAME>/results.json",
               file=sys.stderr)
@@ -284,4 +350,5 @@ def main(args) -> int:
 
 
 __all__ = ["EXPERIMENTS", "NAMES", "ExperimentError", "estimate_minutes", "experiment_settings",
-           "load_result", "main", "resolve", "run_all", "run_experiment", "time_to_target"]
+           "load_result", "main", "resolve", "run_all", "run_experiment", "time_to_target",
+           "with_config"]

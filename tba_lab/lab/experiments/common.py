@@ -227,9 +227,12 @@ def errorbar(ax, xs, spreads: list[dict], scale: float = 100.0, **kw):
 
 
 def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, settings: dict,
-           started: str, seconds: float, n_runs: int, estimate: float) -> list[str]:
-    """The report's first lines: title, the paper's claim, date, cores, seeds and settings."""
+           started: str, seconds: float, n_runs: int, estimate: float,
+           config: dict | None = None) -> list[str]:
+    """The report's first lines: title, the paper's claim, date, cores, seeds, settings and
+    the RunConfig fields every run got from ``--config`` (if any)."""
     shown = ", ".join(f"{k} = {v}" for k, v in settings.items())
+    given = [f"| run config (`--config`, every run) | `{json.dumps(config)}` |"] if config else []
     return [f"# {title}{' (SMOKE)' if smoke else ''}", "", f"Paper: {claim}", "",
             "| | |", "|---|---|",
             f"| experiment | `tba-lab experiment {name}{' --smoke' if smoke else ''}` |",
@@ -237,7 +240,7 @@ def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, set
             f"| seeds | {' '.join(map(str, seeds))} |",
             f"| runs | {n_runs}, one after another, seed-major |",
             f"| wall clock | {seconds / 60:.1f} min (estimated before: {estimate / 60:.1f} min) |",
-            f"| settings | {shown} |", "",
+            f"| settings | {shown} |", *given, "",
             "Spreads are the mean over seeds and the range (min to max); ranges that do not "
             "overlap are called separated, overlapping ones within noise.", ""]
 

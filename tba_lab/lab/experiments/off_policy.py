@@ -31,7 +31,7 @@ DEPARTURES = [
     "log-probs (the kit's baselines); the paper's off-policy baselines are Online DPO, RLOO, "
     "PPO and Dr. GRPO in their own codebases.",
     "Staleness is measured, not set: k bounds fresh data to about 2k-1 updates, replayed data "
-    "(recency m = 0.8) can be older.",
+    "(recency m below 1, `buffer.recency_prob`) can be older.",
 ]
 
 
