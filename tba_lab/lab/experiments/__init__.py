@@ -113,16 +113,6 @@ def estimate_minutes(name: str, smoke: bool = False, seeds=None,
     return out
 
 
-def _leaves(data: dict, prefix: str = "") -> set[str]:
-    """The dotted names of the non-mapping values in ``data`` (``{"training": {"seed": 1}}``
-    -> ``{"training.seed"}``)."""
-    out = set()
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        out |= _leaves(value, f"{name}.") if isinstance(value, dict) else {name}
-    return out
-
-
 def with_config(name: str, plan: list[tuple[str, dict]],
                 config: dict | None) -> list[tuple[str, dict]]:
     """``plan`` (an experiment's ``(variant, overrides)`` list) with ``config``, RunConfig
@@ -138,6 +128,7 @@ def with_config(name: str, plan: list[tuple[str, dict]],
         tba_lab.config.ConfigError: a merged config is invalid (unknown key, bad value).
     """
     from tba_lab.config import from_dict, merge
+    from tba_lab.lab.runs import flatten_config
 
     if not config:
         return plan
@@ -146,7 +137,8 @@ def with_config(name: str, plan: list[tuple[str, dict]],
                               f"training: {{learning_rate: 1.25e-5}}), not {type(config).__name__}")
     out = []
     for variant, overrides in plan:
-        clash = sorted(_leaves(config) & (_leaves(overrides) | {"output_dir", "seed"}))
+        clash = sorted(flatten_config(config).keys()
+                       & (flatten_config(overrides).keys() | {"output_dir", "seed"}))
         if clash:
             raise ExperimentError(f"--config sets {', '.join(clash)}, which experiment {name!r} "
                                   f"sets itself (variant {variant!r}); remove it from the file")
