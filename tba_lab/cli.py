@@ -270,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--config", help="YAML of RunConfig fields applied to every run, e.g. "
                    "'training: {learning_rate: 1.25e-5}'; a field the experiment varies or "
                    "fixes itself is refused")
+    x.add_argument("--report-only", action="store_true", help="run nothing: redo the analysis "
+                   "and report.md of NAME from the runs in OUTPUT_DIR/NAME/results.json")
     x.set_defaults(func=_experiment)
     return p
 

@@ -70,7 +70,7 @@ def test_off_policy_reading_follows_the_numbers():
         grpo64=[0.00, 0.01, 0.02])))
     assert "TB keeps 89% of its k = 1 gain (+9.0 -> +8.0 points)" in text
     assert "GRPO keeps 11% of its k = 1 gain" in text
-    assert "holds up best for TB" in text and "worst for GRPO" in text
+    assert "holds up best for TB and worst for GRPO, by the share" in text
     assert "TB's range over seeds lies above GRPO's" in text
     assert "agrees with the paper" in text
     assert "1.0 updates at k = 1 and 60.0 at k = 64" in text
@@ -80,7 +80,23 @@ def test_off_policy_reading_follows_the_numbers():
         grpo64=[0.07, 0.08, 0.09])))
     assert "TB keeps none of its k = 1 gain" in text
     assert "TB's range over seeds lies below GRPO's" in text
-    assert "does not reproduce the paper's ordering: GRPO's gain holds up best" in text
+    assert "does not reproduce the paper's ordering: GRPO keeps the largest share" in text
+
+    # TB gained least and so dropped fewest points (5 against 7), but kept a smaller share (29%
+    # against 36%): the share decides, as the drop would favour whichever gained least
+    text = " ".join(off_policy.readings(off_policy_analysis(
+        tb1=[0.06, 0.07, 0.08], tb64=[0.01, 0.02, 0.03], grpo1=[0.10, 0.11, 0.12],
+        grpo64=[0.03, 0.04, 0.05])))
+    assert "TB keeps 29%" in text and "GRPO keeps 36%" in text
+    assert "holds up best for GRPO and worst for TB" in text
+    assert "does not reproduce the paper's ordering: GRPO keeps the largest share" in text
+
+    # TB keeps the larger share (80% against 50%) but ends below GRPO: mixed, not "agrees"
+    text = " ".join(off_policy.readings(off_policy_analysis(
+        tb1=[0.04, 0.05, 0.06], tb64=[0.03, 0.04, 0.05], grpo1=[0.15, 0.16, 0.17],
+        grpo64=[0.07, 0.08, 0.09])))
+    assert "holds up best for TB" in text and "lies below GRPO's" in text
+    assert "is mixed: TB keeps the largest share" in text and "lies below GRPO's" in text
 
     text = " ".join(off_policy.readings(off_policy_analysis(  # overlap: same direction, noise
         tb1=[0.06, 0.09, 0.12], tb64=[0.03, 0.08, 0.10], grpo1=[0.08, 0.09, 0.10],
@@ -91,6 +107,49 @@ def test_off_policy_reading_follows_the_numbers():
         tb1=[0.00, 0.01, 0.02], tb64=[0.00, 0.01, 0.02], grpo1=[0.08, 0.09, 0.10],
         grpo64=[0.0, 0.01, 0.02])))
     assert "TB gained +1.0 points at k = 1, within noise" in text and "is inconclusive" in text
+
+    text = " ".join(off_policy.readings(off_policy_analysis(  # no baseline gained beyond noise
+        tb1=[0.08, 0.09, 0.10], tb64=[0.07, 0.08, 0.09], grpo1=[0.00, 0.01, 0.02],
+        grpo64=[0.0, 0.01, 0.02])))
+    assert "holds up best" not in text and "nothing to compare TB's with" in text
+
+
+def test_report_only_rewrites_the_readings_from_the_stored_runs(tmp_path, capsys):
+    """``tba-lab experiment NAME --report-only`` repeats no run: it redoes the analysis,
+    figure, readings and report.md from results.json, keeps the recorded date and seeds, and
+    refuses flags that would have no effect."""
+    import tba_lab.lab.experiments as ex
+    from tba_lab import cli
+
+    s = experiment_settings("off_policy", settings={"sync_periods": [1, 64], "algos": ["tb", "grpo"]})
+    gains = {("tb", 1): [0.06, 0.07, 0.08], ("tb", 64): [0.01, 0.02, 0.03],
+             ("grpo", 1): [0.10, 0.11, 0.12], ("grpo", 64): [0.03, 0.04, 0.05]}
+    runs = [{"variant": f"{a}_k{k}", "seed": i, "algo": a, "sync_period": k,
+             "accuracy_before": 0.35, "accuracy_after": 0.35 + g, "gain": g, "staleness_mean": 1.0}
+            for (a, k), gs in gains.items() for i, g in enumerate(gs)]
+    out = tmp_path / "off_policy"
+    out.mkdir()
+    old = {"experiment": "off_policy", "smoke": False, "started": "2026-01-01T00:00:00",
+           "cores": 2, "seeds": [0, 1, 2], "settings": s, "estimate_seconds": 60.0,
+           "seconds": 61.0, "runs": runs, "analysis": {}, "readings": ["an old reading"]}
+    (out / "results.json").write_text(json.dumps(old))  # written before --config existed
+    assert cli.main(["experiment", "off_policy", "--report-only", "--output-dir", str(tmp_path)]) == 0
+    assert "holds up best for GRPO and worst for TB" in capsys.readouterr().out
+    data = json.loads((out / "results.json").read_text())
+    assert data["started"] == old["started"] and data["runs"] == runs and data["config"] == {}
+    assert "an old reading" not in data["readings"] and "holds up best for GRPO" in data["readings"][2]
+    report = (out / "report.md").read_text()
+    assert "2026-01-01T00:00:00" in report and "holds up best for GRPO" in report
+    assert (out / "off_policy.png").stat().st_size > 10_000
+
+    assert cli.main(["experiment", "off_policy", "--report-only", "--seeds", "4",
+                     "--output-dir", str(tmp_path)]) == 2
+    assert "--report-only runs nothing, so --seeds would have no effect" in capsys.readouterr().err
+    for name, said in (("beta", "no finished experiment"), ("all", "rewrites one experiment")):
+        assert cli.main(["experiment", name, "--report-only", "--output-dir", str(tmp_path)]) == 2
+        assert said in capsys.readouterr().err
+    with pytest.raises(ExperimentError, match="rewrites one experiment"):
+        ex.rewrite_report("all", tmp_path)
 
 
 def beta_analysis(acc, kl):

@@ -26,7 +26,8 @@ equal trainer updates (``training.max_steps``, with ``max_minutes`` only as a sa
 their results do not depend on the machine's speed; ``scaling`` is about speed and uses a
 wall-clock budget. ``--config FILE`` (``config=`` here) gives every run the RunConfig fields of
 a YAML file, e.g. another learning rate (:func:`with_config`); the experiment's own grid, run
-length and seeds stay its own.
+length and seeds stay its own. ``--report-only`` (:func:`rewrite_report`) runs nothing and
+redoes the analysis and report of a finished experiment from its ``results.json``.
 
 Where the miniature departs from the paper: a 1M-parameter model on synthetic two-step
 arithmetic instead of 0.4-7B models on GSM8K/MATH, TL;DR and red-teaming; CPU processes
@@ -215,16 +216,42 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
             say(f"  [{len(runs)}/{len(plan) * len(seeds)}] {variant} seed {seed}: accuracy "
                 f"{_pct(summary.get('accuracy_before'))} -> {_pct(summary.get('accuracy_after'))}"
                 f", {summary.get('trainer_steps')} updates, {row['seconds']:.0f} s")
-    analysis = mod.analyse(runs, s)
+    result.update(finished=now(), seconds=round(time.time() - t0, 1))
+    result = _write_analysis(mod, out, result)
+    say(f"{name}: done in {result['seconds'] / 60:.1f} min; report {result['report']}")
+    return result
+
+
+def _write_analysis(mod, out: Path, result: dict) -> dict:
+    """Analyse ``result["runs"]``, draw the figures, generate the readings, write
+    ``report.md`` and ``results.json`` under ``out``; returns the result with the paths."""
+    analysis = mod.analyse(result["runs"], result["settings"])
     figures = mod.figures(analysis, out)
-    readings = mod.readings(analysis)
-    seconds = time.time() - t0
-    result.update(finished=now(), seconds=round(seconds, 1), analysis=analysis,
-                  readings=readings, figures=[f for f, _ in figures])
+    result.update(analysis=analysis, readings=mod.readings(analysis),
+                  figures=[f for f, _ in figures])
     report = write_report(out, _report_lines(mod, result, figures))
     write_result(out, result)
-    say(f"{name}: done in {seconds / 60:.1f} min; report {report}")
     return {**result, "report": str(report), "figures": [str(out / f) for f, _ in figures]}
+
+
+def rewrite_report(name: str, output_dir: str | Path = "runs/experiments") -> dict:
+    """Redo the analysis, figures, readings and ``report.md`` of a finished experiment from the
+    runs stored in its ``results.json``, repeating no run (``tba-lab experiment NAME
+    --report-only``): for a report written before a change to the analysis or its wording.
+    The run's date, duration, seeds, settings and config stay as recorded.
+
+    Raises:
+        FileNotFoundError: no finished experiment ``name`` under ``output_dir``.
+        ExperimentError: ``name`` is not one experiment (``all`` included).
+    """
+    if name not in EXPERIMENTS:
+        raise ExperimentError(f"--report-only rewrites one experiment's report; {name!r} is not "
+                              f"one of {sorted(EXPERIMENTS)}")
+    data = load_result(output_dir, name)
+    result = {k: v for k, v in data.items() if k not in ("report", "figures", "analysis",
+                                                          "readings")}
+    result.setdefault("config", {})  # results written before --config existed
+    return _write_analysis(EXPERIMENTS[name], Path(output_dir) / name, result)
 
 
 def _report_lines(mod, result: dict, figures: list[tuple[str, str]]) -> list[str]:
@@ -296,6 +323,19 @@ def main(args) -> int:
     """CLI entry (``tba-lab experiment``); returns the exit code (2: bad input, 130: Ctrl-C)."""
     from tba_lab.config import ConfigError
 
+    if getattr(args, "report_only", False):
+        given = [f"--{k.replace('_', '-')}" for k in ("smoke", "seeds", "eval_size", "target",
+                                                      "searchers", "config")
+                 if getattr(args, k, None) not in (None, False)]
+        try:
+            if given:
+                raise ExperimentError(f"--report-only runs nothing, so {' '.join(given)} would "
+                                      f"have no effect; drop it")
+            results = {args.name: rewrite_report(args.name, args.output_dir)}
+        except (ExperimentError, FileNotFoundError) as e:
+            print(f"tba-lab experiment: {e}", file=sys.stderr)
+            return 2
+        return _print_results(results)
     try:
         names = resolve(args.name)
         seeds = check_seeds(_default_seeds(args.seeds, args.smoke))
@@ -334,6 +374,10 @@ def main(args) -> int:
     except (ExperimentError, ConfigError) as e:
         print(f"tba-lab experiment: {e}", file=sys.stderr)
         return 2
+    return _print_results(results)
+
+
+def _print_results(results: dict[str, dict]) -> int:
     for n, r in results.items():
         print(f"{n}: {r['report']}")
         for line in r["readings"]:
@@ -342,5 +386,6 @@ def main(args) -> int:
 
 
 __all__ = ["EXPERIMENTS", "NAMES", "ExperimentError", "estimate_minutes", "experiment_settings",
-           "load_result", "main", "resolve", "run_all", "run_experiment", "time_to_target",
+           "load_result", "main", "resolve", "rewrite_report", "run_all", "run_experiment",
+           "time_to_target",
            "with_config"]

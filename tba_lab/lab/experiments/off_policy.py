@@ -99,17 +99,18 @@ def readings(a: dict) -> list[str]:
           f"{noise / 2 ** 0.5:.1f} points, a difference of two about {noise:.1f}."]
     if len(ks) < 2:
         return out
-    kept, drops, real_gain = [], {}, {}
+    kept, share, real_gain = [], {}, {}
     for x in algos:
         g1, gn = _cell(a, x, k1)["gain"]["mean"], _cell(a, x, kn)["gain"]["mean"]
         if g1 is None or gn is None:
             continue
-        drops[x] = g1 - gn
         real_gain[x] = 100 * g1 > noise
         if not real_gain[x]:
             kept.append(f"{name.get(x, x)} gained {points(g1)} points at k = {k1}, within noise, "
                         f"so it had no clear gain to keep ({points(gn)} at k = {kn})")
-        elif gn <= 0:
+            continue
+        share[x] = gn / g1  # the share kept, not the drop: a smaller gain has less to lose
+        if gn <= 0:
             kept.append(f"{name.get(x, x)} keeps none of its k = {k1} gain ({points(g1)} -> "
                         f"{points(gn)} points)")
         else:
@@ -117,30 +118,38 @@ def readings(a: dict) -> list[str]:
                         f"({points(g1)} -> {points(gn)} points)")
     if kept:
         out.append(f"At k = {kn}: " + "; ".join(kept) + ".")
-    if len(drops) >= 2:
-        best, worst = min(drops, key=drops.get), max(drops, key=drops.get)
-        out.append(f"From k = {k1} to k = {kn} the mean gain holds up best for "
-                   f"{name.get(best, best)} (change {points(-drops[best])} points) and worst "
-                   f"for {name.get(worst, worst)} (change {points(-drops[worst])} points).")
-    if "tb" in drops and len(drops) >= 2:
+    if len(share) >= 2:
+        best, worst = max(share, key=share.get), min(share, key=share.get)
+        out.append(f"From k = {k1} to k = {kn} the gain holds up best for {name.get(best, best)} "
+                   f"and worst for {name.get(worst, worst)}, by the share of the k = {k1} gain "
+                   f"kept (the drop in points would favour whichever gained least at k = {k1}).")
+    if "tb" in real_gain and len(real_gain) >= 2:
         tb = _cell(a, "tb", kn)["gain"]
-        seps = {x: separated(tb, _cell(a, x, kn)["gain"]) for x in drops if x != "tb"}
+        seps = {x: separated(tb, _cell(a, x, kn)["gain"]) for x in real_gain if x != "tb"}
         words = {1: "lies above", -1: "lies below", 0: "overlaps"}
         out.append(f"At k = {kn} TB's range over seeds " + "; ".join(
             f"{words[v]} {name.get(x, x)}'s" for x, v in seps.items()) + ".")
-        best = min(drops, key=drops.get)
+        best = max(share, key=share.get) if share else None
         if not real_gain["tb"]:
             verdict = (f"is inconclusive: TB's own gain at k = {k1} is within the evaluation "
                        f"noise, so the miniature cannot show how much of it survives")
+        elif len(share) < 2:
+            verdict = (f"is inconclusive: no baseline's gain at k = {k1} is above the evaluation "
+                       f"noise, so there is nothing to compare TB's with")
         elif best == "tb" and all(v == 1 for v in seps.values()):
-            verdict = (f"agrees with the paper: TB's gain holds up best as k grows and its range "
-                       f"at k = {kn} lies above every baseline's")
+            verdict = (f"agrees with the paper: TB keeps the largest share of its gain as k grows "
+                       f"and its range at k = {kn} lies above every baseline's")
+        elif best == "tb" and -1 in seps.values():
+            below = [name.get(x, x) for x, v in seps.items() if v == -1]
+            verdict = (f"is mixed: TB keeps the largest share of its gain as k grows, but its "
+                       f"range at k = {kn} lies below {' and '.join(below)}'s")
         elif best == "tb":
-            verdict = (f"points the same way as the paper (TB's mean gain holds up best as k "
-                       f"grows), but the ranges at k = {kn} overlap, so it is within noise")
+            verdict = (f"points the same way as the paper (TB keeps the largest share of its gain "
+                       f"as k grows), but its range at k = {kn} does not lie above every "
+                       f"baseline's, so it is within noise")
         else:
-            verdict = (f"does not reproduce the paper's ordering: {name.get(best, best)}'s gain "
-                       f"holds up best as k grows here")
+            verdict = (f"does not reproduce the paper's ordering: {name.get(best, best)} keeps "
+                       f"the largest share of its gain as k grows here")
         out.append(f"Against the paper's claim, this miniature {verdict}.")
     st1 = [_cell(a, x, k1)["staleness_mean"]["mean"] for x in algos]
     stn = [_cell(a, x, kn)["staleness_mean"]["mean"] for x in algos]
