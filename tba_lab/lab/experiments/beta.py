@@ -14,8 +14,9 @@ import math
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, SMOKE_RUN_SECONDS,
-                                            UPDATES_PER_MINUTE, basic_numbers, batch_settings,
+from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SECONDS,
+                                            SMOKE_RUN_SECONDS, UPDATES_PER_MINUTE, basic_numbers,
+                                            batch_settings,
                                             core_overrides, errorbar, load_run_policy,
                                             one_thread, pct, pyplot, rng, separated, spread, save_figure)
 
@@ -95,8 +96,8 @@ def settings(smoke: bool) -> dict:
     if smoke:
         return {**common, "max_steps": 4, "eval_size": 50, "max_minutes": 3.0, "kl_prompts": 8,
                 "kl_k": 4, **batch_settings(True)}
-    return {**common, "max_steps": 80, "eval_size": 200, "max_minutes": 10.0, "kl_prompts": 50,
-            "kl_k": 8, **batch_settings(False)}
+    return {**common, "max_steps": FULL_UPDATES, "eval_size": 200, "max_minutes": 10.0,
+            "kl_prompts": 50, "kl_k": 8, **batch_settings(False)}
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, SMOKE_RUN_SECONDS,
-                                            UPDATES_PER_MINUTE, basic_numbers, batch_settings,
+from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SECONDS,
+                                            SMOKE_RUN_SECONDS, UPDATES_PER_MINUTE, basic_numbers,
+                                            batch_settings,
                                             binomial_se_points, core_overrides, errorbar,
                                             load_run_policy, one_thread, pct, pyplot, rng,
                                             separated, spread, trend, save_figure)
@@ -40,7 +41,7 @@ def settings(smoke: bool) -> dict:
         return {"recency": [0.0, 0.8], "inv_temp_at": [0.8], "max_steps": 4, "eval_size": 50,
                 "max_minutes": 3.0, "diversity_prompts": 8, "diversity_k": 4,
                 **batch_settings(True)}
-    return {"recency": [0.0, 0.5, 0.8, 0.95], "inv_temp_at": [0.8], "max_steps": 80,
+    return {"recency": [0.0, 0.5, 0.8, 0.95], "inv_temp_at": [0.8], "max_steps": FULL_UPDATES,
             "eval_size": 200, "max_minutes": 10.0, "diversity_prompts": 50, "diversity_k": 8,
             **batch_settings(False)}
 

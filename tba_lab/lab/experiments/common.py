@@ -17,12 +17,17 @@ from pathlib import Path
 
 PAPER = "TBA (Bartoldson et al., arXiv 2503.18929)"
 
-# Rough costs on a 2-core machine for the time estimate printed before a run (README, "Results
-# on 2 CPU cores" and "the race": async TB and GRPO with one searcher run 164-184 updates/min,
-# B = 16 x K = 8). RUN_OVERHEAD_SECONDS covers spawning the searcher, loading the models, the
-# evaluations before and after and saving; SMOKE runs (B = 8 x K = 4) pay mostly that.
-UPDATES_PER_MINUTE = 165.0
+# Rough costs on a 2-core machine for the time estimate printed before a run. The 80-update
+# runs of `off_policy` on 2026-12-02 (docs/results/off_policy_2026-12-02/, with the replay bound
+# and the reference pass in the trainer) took 49 s each on average: about 8 s of start-up
+# (spawning the searcher, loading the models, the evaluations before and after, saving) and
+# 80 updates at about 115 per minute, the rate of async TBA with one searcher in the race of
+# 2026-12-01T22:16 (117). SMOKE runs (B = 8 x K = 4) pay mostly the start-up.
+UPDATES_PER_MINUTE = 115.0
 RUN_OVERHEAD_SECONDS = 8.0
+# Trainer updates per run of the experiments that compare at equal updates (off_policy,
+# buffer, beta): 64 keeps `tba-lab experiment all` within an hour on 2 cores at the rate above.
+FULL_UPDATES = 64
 SMOKE_RUN_SECONDS = 7.0
 SMOKE_TRAINING = {"num_prompts_per_step": 8, "num_generations": 4}
 SMOKE_BUFFER = {"initial_fill": 32}

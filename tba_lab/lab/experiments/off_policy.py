@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, SMOKE_RUN_SECONDS,
-                                            UPDATES_PER_MINUTE, basic_numbers, batch_settings,
+from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SECONDS,
+                                            SMOKE_RUN_SECONDS, UPDATES_PER_MINUTE, basic_numbers,
+                                            batch_settings,
                                             binomial_se_points, core_overrides, errorbar, points,
                                             pyplot, rng, separated, spread, save_figure)
 
@@ -36,13 +37,13 @@ DEPARTURES = [
 
 
 def settings(smoke: bool) -> dict:
-    """The grid and run length: full (3 algorithms x k in {1, 4, 16, 64}, 80 updates, 200
+    """The grid and run length: full (3 algorithms x k in {1, 4, 16, 64}, 64 updates, 200
     held-out problems) or SMOKE (2 x 2, 4 updates, 50 problems, small batches)."""
     if smoke:
         return {"algos": ["tb", "grpo"], "sync_periods": [1, 4], "max_steps": 4,
                 "eval_size": 50, "max_minutes": 3.0, **batch_settings(True)}
-    return {"algos": ["tb", "grpo", "rloo"], "sync_periods": [1, 4, 16, 64], "max_steps": 80,
-            "eval_size": 200, "max_minutes": 10.0, **batch_settings(False)}
+    return {"algos": ["tb", "grpo", "rloo"], "sync_periods": [1, 4, 16, 64],
+            "max_steps": FULL_UPDATES, "eval_size": 200, "max_minutes": 10.0, **batch_settings(False)}
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:
