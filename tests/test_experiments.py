@@ -70,7 +70,8 @@ def test_off_policy_reading_follows_the_numbers():
         grpo64=[0.00, 0.01, 0.02])))
     assert "TB keeps 89% of its k = 1 gain (+9.0 -> +8.0 points)" in text
     assert "GRPO keeps 11% of its k = 1 gain" in text
-    assert "holds up best for TB and worst for GRPO, by the share" in text
+    assert "At k = 64, the share of the k = 1 gain kept is TB 89%, GRPO 11%: the gain holds up " \
+        "best for TB and worst for GRPO" in text
     assert "TB's range over seeds lies above GRPO's" in text
     assert "agrees with the paper" in text
     assert "1.0 updates at k = 1 and 60.0 at k = 64" in text
@@ -107,6 +108,20 @@ def test_off_policy_reading_follows_the_numbers():
         tb1=[0.00, 0.01, 0.02], tb64=[0.00, 0.01, 0.02], grpo1=[0.08, 0.09, 0.10],
         grpo64=[0.0, 0.01, 0.02])))
     assert "TB gained +1.0 points at k = 1, within noise" in text and "is inconclusive" in text
+
+    # the share is averaged over every k > 1: TB keeps the most at k = 64 alone, but keeps
+    # nothing at k = 4 and lies below GRPO there
+    a = off_policy_analysis(tb1=[0.08, 0.09, 0.10], tb64=[0.05, 0.06, 0.07],
+                            grpo1=[0.08, 0.09, 0.10], grpo64=[0.02, 0.03, 0.04])
+    for algo, gains in (("tb", [-0.01, 0.0, 0.01]), ("grpo", [0.07, 0.08, 0.09])):
+        a["cells"].append({"algo": algo, "k": 4, "gain": spread(gains),
+                           "accuracy_after": spread([0.35 + g for g in gains]),
+                           "staleness_mean": spread([3.5] * 3)})
+    text = " ".join(off_policy.readings(a))
+    assert "Averaged over k = 4 and 64, the share of the k = 1 gain kept is TB 33%, GRPO 61%" in text
+    assert "At k = 64 alone TB keeps the largest share, so the ordering depends on k" in text
+    assert "At k = 64 TB's range over seeds lies above GRPO's. It lies below GRPO's at k = 4." in text
+    assert "does not reproduce the paper's ordering: GRPO keeps the largest share" in text
 
     text = " ".join(off_policy.readings(off_policy_analysis(  # no baseline gained beyond noise
         tb1=[0.08, 0.09, 0.10], tb64=[0.07, 0.08, 0.09], grpo1=[0.00, 0.01, 0.02],
@@ -190,6 +205,12 @@ def test_buffer_reading_follows_the_numbers():
     assert ("At m = 0.8, reward prioritisation (inv_temp 1 instead of 0) raises accuracy "
             "(41.0% -> 42.0%, within noise) and raises distinct correct responses (1.60 -> 2.60, "
             "ranges separated)") in text
+    # equal counts whose means differ only by float rounding read as no change (the 2026-12-02
+    # run printed "lowers accuracy (41.2% -> 41.2%)")
+    a["cells"][3]["accuracy_after"] = spread([0.4116666666666666])
+    a["cells"][1]["accuracy_after"] = spread([0.4116666666666667])
+    text = " ".join(buffer_sampling.readings(a))
+    assert "leaves accuracy unchanged (41.2% -> 41.2%, within noise)" in text
 
 
 def test_scaling_reading_follows_the_numbers():

@@ -16,7 +16,7 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SECONDS,
                                             SMOKE_RUN_SECONDS, UPDATES_PER_MINUTE, basic_numbers,
-                                            batch_settings,
+                                            batch_settings, change,
                                             core_overrides, errorbar, load_run_policy,
                                             one_thread, pct, pyplot, rng, separated, spread, save_figure)
 
@@ -184,8 +184,8 @@ def readings(a: dict) -> list[str]:
                    f"does not raise the KL here ({kl(k0)} -> {kl(k1)}, {sep}), against Eq. 2's "
                    f"prediction for the fitted target; the runs may be too short to approach it.")
     a0, a1 = hi["accuracy_after"]["mean"], lo["accuracy_after"]["mean"]
-    way = "raises accuracy" if a1 > a0 else "lowers accuracy" if a1 < a0 else \
-        "leaves accuracy unchanged"
+    way = {"raises": "raises accuracy", "lowers": "lowers accuracy",
+           "leaves unchanged": "leaves accuracy unchanged"}[change(a0, a1, pct)]
     sep = separated(lo["accuracy_after"], hi["accuracy_after"])
     out.append(f"The smaller constant {way} ({pct(a0)} -> {pct(a1)}, "
                f"{'ranges separated' if sep else 'within noise'}).")

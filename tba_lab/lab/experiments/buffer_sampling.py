@@ -15,7 +15,7 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SECONDS,
                                             SMOKE_RUN_SECONDS, UPDATES_PER_MINUTE, basic_numbers,
-                                            batch_settings,
+                                            batch_settings, change,
                                             binomial_se_points, core_overrides, errorbar,
                                             load_run_policy, one_thread, pct, pyplot, rng,
                                             separated, spread, trend, save_figure)
@@ -126,9 +126,10 @@ def readings(a: dict) -> list[str]:
         for key, what, fmt in (("accuracy_after", "accuracy", pct),
                                ("div_distinct_correct", "distinct correct responses", _num)):
             a0, a1 = c0[key]["mean"], c1[key]["mean"]
-            way = "raises" if a1 > a0 else "lowers" if a1 < a0 else "leaves unchanged"
+            way = change(a0, a1, fmt)
             sep = separated(c1[key], c0[key])
-            parts.append(f"{way} {what} ({fmt(a0)} -> {fmt(a1)}, "
+            verb = f"leaves {what} unchanged" if way == "leaves unchanged" else f"{way} {what}"
+            parts.append(f"{verb} ({fmt(a0)} -> {fmt(a1)}, "
                          f"{'ranges separated' if sep else 'within noise'})")
         out.append(f"At m = {c1['m']:g}, reward prioritisation (inv_temp 1 instead of 0) "
                    + " and ".join(parts) + ".")

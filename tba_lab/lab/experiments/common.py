@@ -139,6 +139,14 @@ def trend(xs: list, ys: list, tol: float = 0.0) -> str:
     return "has no monotone trend"
 
 
+def change(before: float, after: float, fmt) -> str:
+    """"raises", "lowers" or "leaves unchanged", judged on the values as ``fmt`` prints them,
+    so that two means of the same counts (equal but for float rounding) never read as a change."""
+    if fmt(before) == fmt(after):
+        return "leaves unchanged"
+    return "raises" if after > before else "lowers"
+
+
 # ---------------------------------------------------------------------------------- running
 def train_run(overrides: dict, run_dir: Path, seed: int) -> tuple[dict, list[dict]]:
     """One training run through the real trainer; returns ``(summary, eval rows)`` as the run
