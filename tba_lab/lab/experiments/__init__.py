@@ -387,5 +387,4 @@ def _print_results(results: dict[str, dict]) -> int:
 
 __all__ = ["EXPERIMENTS", "NAMES", "ExperimentError", "estimate_minutes", "experiment_settings",
            "load_result", "main", "resolve", "rewrite_report", "run_all", "run_experiment",
-           "time_to_target",
-           "with_config"]
+           "time_to_target", "with_config"]
