@@ -136,10 +136,9 @@ def with_config(name: str, plan: list[tuple[str, dict]],
     if not isinstance(config, dict):
         raise ExperimentError(f"--config: give a YAML mapping of RunConfig fields (e.g. "
                               f"training: {{learning_rate: 1.25e-5}}), not {type(config).__name__}")
-    out = []
+    given, out = flatten_config(config).keys(), []
     for variant, overrides in plan:
-        clash = sorted(flatten_config(config).keys()
-                       & (flatten_config(overrides).keys() | {"output_dir", "seed"}))
+        clash = sorted(given & (flatten_config(overrides).keys() | {"output_dir", "seed"}))
         if clash:
             raise ExperimentError(f"--config sets {', '.join(clash)}, which experiment {name!r} "
                                   f"sets itself (variant {variant!r}); remove it from the file")

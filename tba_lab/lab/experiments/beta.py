@@ -184,8 +184,7 @@ def readings(a: dict) -> list[str]:
                    f"does not raise the KL here ({kl(k0)} -> {kl(k1)}, {sep}), against Eq. 2's "
                    f"prediction for the fitted target; the runs may be too short to approach it.")
     a0, a1 = hi["accuracy_after"]["mean"], lo["accuracy_after"]["mean"]
-    way = {"raises": "raises accuracy", "lowers": "lowers accuracy",
-           "leaves unchanged": "leaves accuracy unchanged"}[change(a0, a1, pct)]
+    way = change(a0, a1, pct, "accuracy")
     sep = separated(lo["accuracy_after"], hi["accuracy_after"])
     out.append(f"The smaller constant {way} ({pct(a0)} -> {pct(a1)}, "
                f"{'ranges separated' if sep else 'within noise'}).")

@@ -126,10 +126,8 @@ def readings(a: dict) -> list[str]:
         for key, what, fmt in (("accuracy_after", "accuracy", pct),
                                ("div_distinct_correct", "distinct correct responses", _num)):
             a0, a1 = c0[key]["mean"], c1[key]["mean"]
-            way = change(a0, a1, fmt)
             sep = separated(c1[key], c0[key])
-            verb = f"leaves {what} unchanged" if way == "leaves unchanged" else f"{way} {what}"
-            parts.append(f"{verb} ({fmt(a0)} -> {fmt(a1)}, "
+            parts.append(f"{change(a0, a1, fmt, what)} ({fmt(a0)} -> {fmt(a1)}, "
                          f"{'ranges separated' if sep else 'within noise'})")
         out.append(f"At m = {c1['m']:g}, reward prioritisation (inv_temp 1 instead of 0) "
                    + " and ".join(parts) + ".")

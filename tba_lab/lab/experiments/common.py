@@ -139,12 +139,13 @@ def trend(xs: list, ys: list, tol: float = 0.0) -> str:
     return "has no monotone trend"
 
 
-def change(before: float, after: float, fmt) -> str:
-    """"raises", "lowers" or "leaves unchanged", judged on the values as ``fmt`` prints them,
-    so that two means of the same counts (equal but for float rounding) never read as a change."""
+def change(before: float, after: float, fmt, what: str) -> str:
+    """"raises WHAT", "lowers WHAT" or "leaves WHAT unchanged", judged on the values as ``fmt``
+    prints them, so that two means of the same counts (equal but for float rounding) never read
+    as a change."""
     if fmt(before) == fmt(after):
-        return "leaves unchanged"
-    return "raises" if after > before else "lowers"
+        return f"leaves {what} unchanged"
+    return f"{'raises' if after > before else 'lowers'} {what}"
 
 
 # ---------------------------------------------------------------------------------- running
