@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 
 
 def _one_line(e: BaseException) -> str:
@@ -91,9 +92,24 @@ def _train(args) -> int:
         return 2
     except SearcherError as e:
         print(f"tba-lab train: {e}", file=sys.stderr)
+        _saved_after_error(cfg.output_dir)
+        return 1
+    except Exception:
+        traceback.print_exc()
+        _saved_after_error(cfg.output_dir)
         return 1
     print(summary_line(s, cfg.output_dir))
     return 0
+
+
+def _saved_after_error(output_dir: str) -> None:
+    """After a run stopped on an error: where its outputs are, and how to continue it."""
+    from tba_lab.checkpoint import checkpoint_path
+
+    hint = (f"; its checkpoint continues with `tba-lab train --resume {output_dir}` once the cause "
+            f"is fixed" if checkpoint_path(output_dir).exists() else "")
+    print(f"tba-lab train: the run stopped on the error above; policy, buffer, metrics and "
+          f"summary so far are saved in {output_dir}{hint}", file=sys.stderr)
 
 
 def resume_config(run_dir: str) -> str:

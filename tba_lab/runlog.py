@@ -15,7 +15,8 @@ algorithm). Files in ``cfg.output_dir``:
   and the loss's own terms such as ``beta``, ``log_z``, ``kl``, ``clip_fraction``);
 * ``searchers.jsonl``: one object per generation batch received (``searcher_id``, ``version``,
   ``t_start``/``t_end``/``received`` in seconds since training began, ``trainer_step``,
-  ``gen_seconds``, ``score_seconds``, ``rollouts``);
+  ``gen_seconds``, ``score_seconds``, ``rollouts``, ``nonfinite_rewards``, ``sync_seconds``
+  (the weight sync before the batch) and ``node`` (where the searcher ran));
 * ``eval.jsonl``: held-out metrics over time (``step``, ``wall_seconds``, ``n``, and the task's
   metrics, e.g. ``accuracy``);
 * ``summary.json`` and ``curves.png`` at the end (also after Ctrl-C).
@@ -129,6 +130,7 @@ class RunLog:
                 setattr(self, k, resume[k])
             self.summary.update(resume["summary"], interrupted=False,
                                 resumes=resume["summary"].get("resumes", 0) + 1)
+            self.summary.pop("error", None)  # the error that stopped the previous process
             _keep_rows(self.out / "metrics.jsonl", "step", resume["step"])
             _keep_rows(self.out / "searchers.jsonl", "trainer_step", resume["step"])
             _keep_rows(self.out / "eval.jsonl", "step", resume["step"])
@@ -196,7 +198,8 @@ class RunLog:
                 "t_end": round(batch.t_end - self.t_start, 4),
                 "received": round(self.elapsed(), 4), "trainer_step": step,
                 "gen_seconds": batch.gen_seconds, "score_seconds": batch.score_seconds,
-                "rollouts": len(batch.rollouts), "nonfinite_rewards": dropped}) + "\n")
+                "rollouts": len(batch.rollouts), "nonfinite_rewards": dropped,
+                "sync_seconds": round(batch.sync_seconds, 6), "node": batch.node}) + "\n")
         if batches:
             self.searchers_f.flush()
 

@@ -296,7 +296,9 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
     ``training.max_steps``) counts the run's whole training time and updates.
 
     Checkpoints are written every ``training.save_seconds`` seconds and/or
-    ``training.save_steps`` updates, and when the run ends or is interrupted.
+    ``training.save_steps`` updates, and when the run ends, is interrupted, or stops on an
+    error after at least one update of this process (the summary then holds ``error``: the
+    exception's type and first line); the error is re-raised.
 
     Raises:
         KeyboardInterrupt: re-raised after saving everything when interrupted (Ctrl-C or SIGTERM).
@@ -336,6 +338,7 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
         step = 0
         if state is not None:
             step = _restore(state, policy, optimizer, algorithm, buffer)
+        start_step = step
         launcher_cfg = cfg if state is None else replace(  # new searcher seeds after a resume
             cfg, seed=cfg.seed + 100_003 * (state["log"]["summary"].get("resumes", 0) + 1))
         score_reference = None  # None: the searchers do the reference pass, or no loss reads it
@@ -406,6 +409,14 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
         except KeyboardInterrupt:
             log.summary["interrupted"] = True
             saver.save(step)
+            raise
+        except Exception as e:  # the run stops on an error: keep what it learned, resumable
+            log.summary["error"] = f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+            if step > start_step:  # nothing new before the first update (and a failed start
+                try:               # must not replace the checkpoint of an earlier run)
+                    saver.save(step)
+                except Exception as save_error:  # never hide the run's own error
+                    print(f"warning: could not write checkpoint.pt after the error: {save_error}")
             raise
         finally:
             with _signals_held():  # a second Ctrl-C / SIGTERM must not cut the saving short

@@ -9,6 +9,7 @@ import json
 import math
 import multiprocessing
 import os
+import socket
 import subprocess
 import time
 
@@ -104,6 +105,15 @@ def _read_jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def assert_syncs_timed_when_the_version_moves(batches):
+    """``searchers.jsonl`` rows: each searcher's first batch, and every batch whose version
+    differs from that searcher's previous one, has a timed sync (> 0 s); the others have none."""
+    for sid in {b["searcher_id"] for b in batches}:
+        mine = [b for b in batches if b["searcher_id"] == sid]
+        moved = [True] + [b["version"] != a["version"] for a, b in zip(mine, mine[1:])]
+        assert [b["sync_seconds"] > 0 for b in mine] == moved, mine
+
+
 def _logps(model, rollout, temperature):
     with torch.no_grad():
         lp, _ = response_logprobs(model, [rollout.prompt_ids], [rollout.response_ids],
@@ -157,6 +167,10 @@ def test_async_run_outputs_and_searcher_uses_synced_weights(tmp_path, reference_
     assert evals[0]["accuracy"] == saved["accuracy_before"]
     assert (tmp_path / "curves.png").stat().st_size > 1000
     assert (tmp_path / "config.yaml").is_file()
+    # searchers.jsonl: where each batch was made, and a timed sync exactly when the version moved
+    batches = _read_jsonl(tmp_path / "searchers.jsonl")
+    assert batches and {b["node"] for b in batches} == {socket.gethostname()}
+    assert_syncs_timed_when_the_version_moves(batches)
 
     # buffer: integer version tags, and post-sync rollouts exist
     buffer = ReplayBuffer.load(tmp_path / "buffer.pt")

@@ -19,7 +19,8 @@ from tba_lab.actors.launcher import SearcherFailed
 from tba_lab.config import ConfigError, from_dict, load_yaml
 from tba_lab.models import load_policy
 from tba_lab.rollout import RolloutBatch
-from tests.test_async_smoke import METRIC_KEYS, SUMMARY_KEYS
+from tests.test_async_smoke import (METRIC_KEYS, SUMMARY_KEYS,
+                                     assert_syncs_timed_when_the_version_moves)
 
 ray = pytest.importorskip("ray")
 
@@ -230,6 +231,9 @@ def test_train_with_the_ray_launcher_writes_what_the_local_launcher_writes(local
                  for x in (tmp_path / "run" / "searchers.jsonl").read_text().splitlines()}
     # which searchers delivered the 4 updates' batches depends on their start-up order
     assert searchers and searchers <= {0, 1}, searchers
+    batches = [json.loads(x) for x in (tmp_path / "run" / "searchers.jsonl").read_text().splitlines()]
+    assert {b["node"] for b in batches} == {ray.util.get_node_ip_address()}  # Ray's name of this node
+    assert_syncs_timed_when_the_version_moves(batches)
     assert ray.util.placement_group_table()  # every group this run made is removed
     assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
 

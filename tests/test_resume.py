@@ -187,3 +187,42 @@ def test_resume_refuses_another_algorithm_or_model(tmp_path):
 def test_resume_of_a_folder_without_a_run_is_a_clear_error(tmp_path):
     r = _tba_lab("train", "--resume", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "no config.yaml there" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_error_keeps_a_resumable_checkpoint_and_a_failed_start_keeps_the_old_one(
+        tmp_path, monkeypatch):
+    """The loss raises at update 5: the error reaches the caller, the summary names it and
+    checkpoint.pt holds step 4 (the last complete update). A new run in that folder whose
+    searchers fail to start writes no checkpoint over it; ``--resume`` then ends the run."""
+    import tba_lab.trainer as trainer
+
+    path, run = _write_config(tmp_path, steps=6)
+    cfg = from_dict(yaml.safe_load(path.read_text()))
+    cfg.training.save_steps = 0  # only the error's own checkpoint
+    real, calls = trainer.compute_loss, [0]
+
+    def failing(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > 4:
+            raise RuntimeError("injected failure in the loss")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "compute_loss", failing)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        trainer.train(cfg, progress=False)
+    assert load_checkpoint(run)["step"] == 4
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["error"] == "RuntimeError: injected failure in the loss"
+
+    def no_start(self):
+        raise RuntimeError("injected failure to start the searchers")
+
+    monkeypatch.setattr(trainer.Feed, "start", no_start)
+    with pytest.raises(RuntimeError, match="to start the searchers"):
+        trainer.train(cfg, progress=False)
+    assert load_checkpoint(run)["step"] == 4  # not replaced by the failed run's step 0
+
+    monkeypatch.undo()
+    assert trainer.train(cfg, progress=False, resume=True)["trainer_steps"] == 6
+    summary = json.loads((run / "summary.json").read_text())
+    assert "error" not in summary and summary["resumes"] == 1

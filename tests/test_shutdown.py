@@ -49,6 +49,8 @@ from pathlib import Path
 
 import pytest
 
+from tba_lab.checkpoint import load_checkpoint
+
 psutil = pytest.importorskip("psutil")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -436,7 +438,9 @@ def test_exception_in_trainer_leaves_nothing(tmp_path):
         f"no searcher seen: {watch.seen} {watch.errors}\n{text[-3000:]}"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["trainer_steps"] == 3
+    assert summary["error"] == "RuntimeError: injected failure in the loss"
     assert (out / "policy").is_dir() and (out / "buffer.pt").is_file()
+    assert load_checkpoint(out)["step"] == 3  # resumable from where it stopped
     assert_nothing_left(watch, tag)
     assert_no_leak_warning(text)
 

@@ -36,7 +36,8 @@ plus a GPU share when the searcher's device (the local launcher's rule:
 ``async.searcher_devices[i % len]``, else ``async.trainer_device``) is CUDA; searchers naming
 the same device share one GPU. Ray sets ``CUDA_VISIBLE_DEVICES`` for the actor, so the actor's
 config is rewritten to see its GPU as ``cuda:0``. The trainer runs in the driver, where ``tba-lab
-train`` was started; the queue actor is placed on the driver's node.
+train`` was started; the queue actor is pinned to the driver's node (hard node affinity, 0
+CPUs), so that losing another node never takes the trainer's inbox with it.
 
 Ray itself: when Ray is already initialised in this process (a notebook, a test), the launcher
 uses it and leaves it running. Otherwise it connects to ``ray.address`` (or ``RAY_ADDRESS``;
@@ -52,8 +53,9 @@ Not built, not run here: weights go through the object store on CPU only. GPU-to
 verl do, or a CUDA IPC handle between actors on one node) is not implemented; with GPUs the
 trainer copies its weights to the CPU at each publish. The GPU bundles were written against
 Ray 2.60's placement-group API and have not run on a GPU (this kit's CI has none, and the lent
-GPU machine has no Ray). Two-node use is documented in ``docs/ray.md`` and was exercised here
-only as a one-node local Ray.
+GPU machine has no Ray). Two-node use is documented in ``docs/ray.md``; ``bench/ray_two_node.py``
+runs it on two Ray nodes in network namespaces of one Linux machine (the weights cross a
+virtual link, a node is killed mid-run), not yet on two real machines.
 """
 from __future__ import annotations
 
@@ -339,7 +341,9 @@ class RayLauncher:
                 f"{self.options.start_timeout:g} s (free now: CPU {free.get('CPU', 0):g}, GPU "
                 f"{free.get('GPU', 0):g}); lower async.num_searchers or "
                 f"ray.num_cpus_per_searcher, or add nodes to the cluster")
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        # hard affinity: a soft one sent the queue to another node whenever the bundles took
+        # every CPU here (bench/ray_two_node.py, 3 of 3 tries), and the run died with that node
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.queue = Queue(maxsize=self.cfg.async_.queue_size * len(bundles),
                            actor_options={"num_cpus": 0, "scheduling_strategy": here})
         for i in range(len(bundles)):

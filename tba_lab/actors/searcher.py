@@ -180,6 +180,18 @@ def wait_for_room(q, stop) -> bool:
     return True
 
 
+def this_node() -> str:
+    """Where this searcher runs, for ``searchers.jsonl``'s ``node``: the node's IP address inside a
+    Ray worker (as ``ray status`` and ``ray.nodes()`` name nodes), else the host name."""
+    import socket
+    import sys
+
+    ray = sys.modules.get("ray")  # never imports Ray: a Ray worker has it loaded already
+    if ray is not None and ray.is_initialized():
+        return ray.util.get_node_ip_address()
+    return socket.gethostname()
+
+
 def searcher_main(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: int) -> None:
     """Entry point of one searcher process (spawned by :class:`~tba_lab.actors.local.LocalLauncher`).
 
@@ -238,14 +250,17 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
                          f"{cfg.task.train_path!r}); searchers need prompts")
     stream = _prompt_stream(problems, seed)
     parent = multiprocessing.parent_process()
+    node = this_node()
     B, K = cfg.training.num_prompts_per_step, cfg.training.num_generations
     version, last_generated = -1, -1
     while _running(stop, parent):
         if cfg.async_.wait_for_room and not wait_for_room(out_queue, stop):  # 0. room, then weights
             break
+        t_sync = time.perf_counter()
         version, new_weights = weights.pull(version)  # only here, between batches
         if new_weights is not None:
             backend.load_weights(new_weights)
+        sync_seconds = time.perf_counter() - t_sync if new_weights is not None else 0.0
         if sync and version == last_generated:  # strict alternation: one batch per version
             time.sleep(0.005)
             continue
@@ -253,7 +268,7 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
         batch = rollout(backend, task, list(problems), K, cfg.model.temperature,
                         cfg.model.max_new_tokens, reference=reference, version=version,
                         problem_ids=list(ids))
-        batch.searcher_id = searcher_id
+        batch.searcher_id, batch.sync_seconds, batch.node = searcher_id, sync_seconds, node
         if not sync or complete_groups(batch.rollouts, K):
             last_generated = version
         _put(out_queue, batch, stop)

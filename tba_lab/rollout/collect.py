@@ -38,6 +38,11 @@ class RolloutBatch:
             pass (seconds).
         nonfinite_rewards: rows dropped because the task returned a NaN or infinite reward
             for them, or raised on them alone (never trained on; a warning says how many).
+        sync_seconds: the searcher's weight sync just before this batch: pulling the new
+            version from the weight channel and loading it into the backend (seconds; 0.0 when
+            no new version was published since its previous batch).
+        node: where the searcher ran: the Ray node's IP address for a Ray actor, else the
+            host name (:func:`tba_lab.actors.searcher.this_node`; "" outside a searcher).
     """
     rollouts: list[Rollout]
     completions: list[str]
@@ -48,6 +53,8 @@ class RolloutBatch:
     gen_seconds: float = 0.0
     score_seconds: float = 0.0
     nonfinite_rewards: int = 0
+    sync_seconds: float = 0.0
+    node: str = ""
 
     @property
     def rewards(self) -> list[float]:

@@ -1,0 +1,401 @@
+"""Two Ray nodes on one machine: the Ray launcher across a network, and the loss of a node.
+
+    python bench/ray_two_node.py [--minutes 1.5] [--kill-after 30] [--delay-ms 0]
+                                 [--out docs/results/ray_two_node] [--work-dir runs/ray_two_node]
+
+What a user with two machines does (docs/ray.md, "Two machines"), on one Linux machine, as root:
+
+* two network namespaces joined by a virtual Ethernet pair, addresses 10.77.0.1 and 10.77.0.2
+  (``ip netns add``, ``ip link add ... type veth``; with ``--delay-ms`` each direction of the link
+  gets that much delay from ``tc qdisc ... netem``, a round trip twice it);
+* in each, one Ray node started by ``ray start --block`` inside its own PID namespace
+  (``unshare --pid --fork --kill-child --mount-proc``): killing that one process ends every
+  process of the node at once, as a machine that loses power does (``ray stop`` would not do:
+  it kills every Ray process it can see, the other node's as well). Node 1 is the head
+  (``--num-cpus 1``); node 2 joins it with ``--address 10.77.0.1:6379`` (``--num-cpus 1``);
+* ``tba-lab train`` (the Ray driver, so the trainer) runs in node 1's network namespace with
+  ``async: {launcher: ray, num_searchers: 2}`` and ``ray: {address: 10.77.0.1:6379,
+  placement_strategy: STRICT_SPREAD}``, i.e. one searcher on each node;
+* Ray's token authentication is on (``RAY_AUTH_MODE=token``, a new token for each run of this
+  script, given to every node and the driver), as Ray announces it as the default from 2.61.
+
+The nodes share this machine's file system and cores (2 here), so the numbers say what crosses
+the network (placement, the weights through the object store, the rollout queue, failure
+detection) and what it costs, not how fast two real machines would train.
+
+Two phases, each a fresh cluster:
+
+1. ``two_nodes``: the run above for ``--minutes``. Reported per node, from the run's
+   ``searchers.jsonl``: batches received, samples per minute, the weight sync before a batch
+   (``sync_seconds``: the pull through the object store plus loading into the backend; median
+   and max over the batches that brought a new version) and the policy lag at receipt (trainer
+   step when the batch arrived minus its version). Then whether the run left anything behind
+   in the cluster: every CPU free again and no placement group other than removed ones.
+2. ``node_loss``: the same run with ``async.searcher_timeout: 20``, and node 2 killed
+   ``--kill-after`` seconds after training began (the first row of ``metrics.jsonl``).
+   Reported: the run's exit code, each ``searcher_failures`` entry (reason, when, what the
+   trainer did), updates after the loss, and which outputs exist (``summary.json``,
+   ``checkpoint.pt``, ``buffer.pt``, ``policy/``).
+
+Writes ``results.json`` and ``report.md`` to ``--out``; the runs themselves, the Ray logs
+and each driver's output go to ``--work-dir``. Removes the namespaces (and with them the link)
+and kills both nodes at the end, also after an error or Ctrl-C, then checks that no process of
+its clusters is left. Needs Linux, root, iproute2 (``ip``, ``tc``), util-linux's ``unshare`` and
+Ray (``pip install -e ".[ray]"``); it says which is missing and exits with code 2 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+HEAD_IP, WORKER_IP, PORT = "10.77.0.1", "10.77.0.2", 6379
+ADDRESS = f"{HEAD_IP}:{PORT}"
+
+
+# ---------------------------------------------------------------------------- the cluster
+
+def missing_requirements() -> list[str]:
+    """What this machine lacks to run the bench (empty: nothing)."""
+    out = []
+    if sys.platform != "linux":
+        out.append("Linux (network and PID namespaces)")
+    elif os.geteuid() != 0:
+        out.append("root (ip netns add needs it)")
+    out += [f"`{tool}` on PATH" for tool in ("ip", "tc", "unshare") if shutil.which(tool) is None]
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        out.append('Ray (pip install -e ".[ray]")')
+    return out
+
+
+def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+class TwoNodes:
+    """Two network namespaces joined by a veth pair, each running one Ray node in its own PID
+    namespace. A context manager: ``__exit__`` kills both nodes and removes the namespaces.
+
+    Args:
+        work: folder for the nodes' Ray temp dirs and logs.
+        delay_ms: one-way delay added to each end of the link (``tc netem``), milliseconds.
+    """
+
+    def __init__(self, work: Path, delay_ms: float = 0.0):
+        tag = f"{os.getpid() % 100000}"
+        self.ns = (f"tbalab{tag}a", f"tbalab{tag}b")
+        self.veth = (f"tb{tag}a", f"tb{tag}b")
+        self.work, self.delay_ms = work, delay_ms
+        # Ray's temp dir holds Unix sockets, whose paths are limited to ~107 bytes: keep it short
+        self.tmp = Path(tempfile.mkdtemp(prefix="tbr"))
+        self.nodes: dict[str, subprocess.Popen] = {}
+        self.env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+                    "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": ADDRESS}
+
+    def __enter__(self) -> "TwoNodes":
+        try:
+            self._link()
+            self._start("head", self.ns[0], ["--head", f"--node-ip-address={HEAD_IP}",
+                                             f"--port={PORT}", "--include-dashboard=false"])
+            self._start("worker", self.ns[1], [f"--address={ADDRESS}",
+                                               f"--node-ip-address={WORKER_IP}"])
+            self.wait_for_nodes(2)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _link(self) -> None:
+        a, b = self.ns
+        _sh("ip", "netns", "add", a)
+        _sh("ip", "netns", "add", b)
+        _sh("ip", "link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1])
+        for ns, dev, ip in ((a, self.veth[0], HEAD_IP), (b, self.veth[1], WORKER_IP)):
+            _sh("ip", "link", "set", dev, "netns", ns)
+            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
+            _sh("ip", "-n", ns, "link", "set", dev, "up")
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            if self.delay_ms:
+                _sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "netem",
+                    "delay", f"{self.delay_ms:g}ms")
+
+    def _start(self, name: str, ns: str, args: list[str]) -> None:
+        ray_cli = str(Path(sys.executable).parent / "ray")
+        log = open(self.work / f"ray_{name}.log", "w")
+        self.nodes[name] = subprocess.Popen(
+            ["ip", "netns", "exec", ns, "unshare", "--pid", "--fork", "--kill-child",
+             "--mount-proc", ray_cli, "start", "--block", "--num-cpus=1", "--disable-usage-stats",
+             f"--temp-dir={self.tmp / name}", *args],
+            stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
+
+    def python(self, code: str, timeout: float = 120) -> str:
+        """Run ``code`` with this Python in node 1's network namespace (a Ray driver there)."""
+        r = subprocess.run(["ip", "netns", "exec", self.ns[0], sys.executable, "-c", code],
+                           capture_output=True, text=True, env=self.env, timeout=timeout, cwd=REPO)
+        if r.returncode:
+            raise RuntimeError(f"driver snippet failed ({r.returncode}): {r.stderr[-2000:]}")
+        return r.stdout.strip().splitlines()[-1]
+
+    def wait_for_nodes(self, n: int, timeout: float = 120) -> None:
+        """Until ``n`` nodes are alive (a node process that ended is an error, with its log)."""
+        code = ("import ray; ray.init(address='auto', logging_level='ERROR'); "
+                "print(sum(x['Alive'] for x in ray.nodes()))")
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            for name, p in self.nodes.items():
+                if p.poll() is not None:
+                    tail = (self.work / f"ray_{name}.log").read_text()[-2000:]
+                    raise RuntimeError(f"Ray {name} node exited with {p.returncode}:\n{tail}")
+            try:
+                if int(self.python(code, timeout=60)) >= n:
+                    return
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired):
+                pass
+            time.sleep(2)
+        raise TimeoutError(f"{n} Ray nodes were not up within {timeout:g} s; see {self.work}/ray_*.log")
+
+    def leftovers(self) -> dict:
+        """What the cluster still holds: CPUs in use and placement groups not removed."""
+        code = ("import ray, json; ray.init(address='auto', logging_level='ERROR'); "
+                "import time; time.sleep(2); "
+                "tot, free = ray.cluster_resources(), ray.available_resources(); "
+                "pgs = [g['state'] for g in ray.util.placement_group_table().values()]; "
+                "print(json.dumps({'cpus_total': tot.get('CPU', 0), 'cpus_free': free.get('CPU', 0), "
+                "'placement_groups_not_removed': sum(s != 'REMOVED' for s in pgs)}))")
+        return json.loads(self.python(code))
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the node's PID namespace: all its processes end at once."""
+        p = self.nodes.get(name)
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait(30)
+
+    def __exit__(self, *exc) -> None:
+        for name in list(self.nodes):
+            self.kill(name)
+        for ns in self.ns:
+            _sh("ip", "netns", "del", ns, check=False)  # takes its end of the veth pair along
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def processes_left(prefix: str) -> list[str]:
+    """Command lines of processes that mention ``prefix`` (a cluster's temp dir)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if prefix in cmd:
+                out.append(cmd[:200])
+    return out
+
+
+# ---------------------------------------------------------------------------- one run
+
+def run_config(work: Path, searcher_timeout: float = 120.0) -> Path:
+    """The YAML the driver gets: two searchers, one per node."""
+    path = work / f"config_timeout{searcher_timeout:g}.yaml"
+    path.write_text(
+        f"async: {{launcher: ray, num_searchers: 2, searcher_timeout: {searcher_timeout:g}}}\n"
+        f"ray: {{address: \"{ADDRESS}\", placement_strategy: STRICT_SPREAD}}\n")
+    return path
+
+
+def train(cluster: TwoNodes, run_dir: Path, minutes: float, config: Path,
+          kill_after: float | None = None) -> dict:
+    """``tba-lab train`` in node 1's namespace; with ``kill_after``, node 2 is killed that many
+    seconds after the run's first update. Returns exit code, wall seconds and when (seconds
+    after the first update) node 2 was killed."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    cmd = ["ip", "netns", "exec", cluster.ns[0], sys.executable, "-m", "tba_lab", "train",
+           "--config", str(config), "--max-minutes", f"{minutes:g}", "--output-dir", str(run_dir),
+           "--no-progress"]
+    t0, killed = time.time(), None
+    with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO)
+        try:
+            first = None
+            while p.poll() is None:
+                metrics = run_dir / "metrics.jsonl"
+                if first is None and metrics.exists() and metrics.stat().st_size:
+                    first = time.time()
+                if kill_after is not None and killed is None and first is not None \
+                        and time.time() - first >= kill_after:
+                    cluster.kill("worker")
+                    killed = round(time.time() - first, 1)
+                time.sleep(0.5)
+        except BaseException:
+            p.send_signal(signal.SIGINT)  # the trainer saves and stops its searchers
+            p.wait(120)
+            raise
+    return {"exit_code": p.returncode, "seconds": round(time.time() - t0, 1),
+            "node_2_killed_after_first_update_s": killed}
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def per_node(rows: list[dict], wall_seconds: float) -> dict:
+    """``searchers.jsonl`` rows summed up per ``node``: batches, samples per minute, weight
+    syncs (count, median and max seconds over the batches that loaded a new version) and the
+    policy lag at receipt (``trainer_step - version``; mean and max), over ``wall_seconds``."""
+    out = {}
+    for node in sorted({r.get("node", "") for r in rows}):
+        mine = [r for r in rows if r.get("node", "") == node]
+        syncs = [r["sync_seconds"] for r in mine if r.get("sync_seconds", 0) > 0]
+        lag = [r["trainer_step"] - r["version"] for r in mine]
+        out[node] = {
+            "searchers": sorted({r["searcher_id"] for r in mine}), "batches": len(mine),
+            "samples_per_minute": round(60 * sum(r["rollouts"] for r in mine) / wall_seconds, 1),
+            "syncs": len(syncs),
+            "sync_ms_median": round(1000 * statistics.median(syncs), 2) if syncs else None,
+            "sync_ms_max": round(1000 * max(syncs), 2) if syncs else None,
+            "lag_mean": round(statistics.mean(lag), 2) if lag else None,
+            "lag_max": max(lag) if lag else None}
+    return out
+
+
+def describe(run_dir: Path) -> dict:
+    """The run's summary, per-node table and which outputs exist."""
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    rows = read_rows(run_dir / "searchers.jsonl")
+    wall = float(summary.get("wall_seconds") or 1.0)
+    metrics = read_rows(run_dir / "metrics.jsonl")
+    return {
+        "summary": {k: summary.get(k) for k in ("trainer_steps", "updates_per_minute",
+                                                 "samples_generated", "staleness_mean",
+                                                 "staleness_max", "accuracy_before",
+                                                 "accuracy_after", "wall_seconds")},
+        "per_node": per_node(rows, wall),
+        "searcher_failures": summary.get("searcher_failures", []),
+        "metrics_rows": len(metrics),
+        "outputs": {name: (run_dir / name).exists() for name in
+                    ("summary.json", "checkpoint.pt", "buffer.pt", "policy", "searchers.jsonl")}}
+
+
+def updates_after(run_dir: Path, seconds: float) -> int:
+    """Trainer updates logged after ``seconds`` of training (``metrics.jsonl``'s ``wall_seconds``)."""
+    return sum(1 for r in read_rows(run_dir / "metrics.jsonl") if r.get("wall_seconds", 0) > seconds)
+
+
+# ---------------------------------------------------------------------------- report
+
+def report(res: dict) -> str:
+    """report.md from results.json's content."""
+    lines = [f"# The Ray launcher on two nodes (network namespaces on one machine)", "",
+             f"Started {res['started']}, commit {res['commit']}, {res['cores']} cores "
+             f"(`os.cpu_count()`), Ray {res['ray']}, seed 0, link delay {res['delay_ms']:g} ms "
+             f"each way. Command: `{res['command']}`.", "",
+             "Both nodes share this machine's cores and file system: the numbers show what "
+             "crosses the network and that nothing is lost, not the speed of two machines.", ""]
+    for phase, title in (("two_nodes", "Two nodes, one searcher each (STRICT_SPREAD)"),
+                         ("node_loss", "Node 2 killed during the run")):
+        ph = res.get(phase)
+        if not ph:
+            continue
+        d, s = ph["run"], ph["run"]["summary"]
+        lines += [f"## {title}", "",
+                  f"Exit code {ph['exit_code']}, {ph['seconds']:.0f} s in all; "
+                  f"{s['trainer_steps']} updates ({s['updates_per_minute']} per minute) in "
+                  f"{s['wall_seconds']} s of training; held-out accuracy "
+                  f"{100 * (s['accuracy_before'] or 0):.1f}% -> {100 * (s['accuracy_after'] or 0):.1f}%; "
+                  f"staleness mean {s['staleness_mean'] or 0:.2f}, max {s['staleness_max']}.", "",
+                  "| node | searchers | batches | samples/min | weight syncs | sync ms (median, max) | lag at receipt (mean, max) |",
+                  "|---|---|---|---|---|---|---|"]
+        for node, r in d["per_node"].items():
+            lines.append(f"| {node} | {', '.join(map(str, r['searchers']))} | {r['batches']} | "
+                         f"{r['samples_per_minute']:,.0f} | {r['syncs']} | "
+                         f"{r['sync_ms_median']}, {r['sync_ms_max']} | {r['lag_mean']}, {r['lag_max']} |")
+        lines.append("")
+        if "leftovers" in ph:
+            lo = ph["leftovers"]
+            lines += [f"After the run: {lo['cpus_free']:g} of {lo['cpus_total']:g} CPUs free, "
+                      f"{lo['placement_groups_not_removed']} placement group(s) not removed.", ""]
+        if phase == "node_loss":
+            lines += [f"Node 2 was killed {ph['node_2_killed_after_first_update_s']} s after the "
+                      f"first update; the trainer made {ph['updates_after_kill']} updates after "
+                      f"that.", "", "| when (s) | step | searcher | reason | action | error |",
+                      "|---|---|---|---|---|---|"]
+            for f in d["searcher_failures"]:
+                lines.append(f"| {f['wall_seconds']} | {f['step']} | {f['searcher_id']} | "
+                             f"{f['reason']} | {f['action']} | {f['error'][:160]} |")
+            have = ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in d["outputs"].items())
+            lines += ["", f"Outputs: {have}.", ""]
+    lines += [f"Processes of the clusters left at the end: {len(res.get('processes_left', []))}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=1.5, help="training minutes per run")
+    ap.add_argument("--kill-after", type=float, default=30.0,
+                    help="seconds after the first update at which node 2 is killed")
+    ap.add_argument("--delay-ms", type=float, default=0.0, help="one-way link delay (tc netem)")
+    ap.add_argument("--phases", nargs="+", default=["two_nodes", "node_loss"],
+                    choices=["two_nodes", "node_loss"])
+    ap.add_argument("--out", type=Path, default=REPO / "docs/results/ray_two_node")
+    ap.add_argument("--work-dir", type=Path, default=REPO / "runs/ray_two_node")
+    args = ap.parse_args(argv)
+    missing = missing_requirements()
+    if missing:
+        print("bench/ray_two_node.py needs " + "; ".join(missing), file=sys.stderr)
+        return 2
+    if args.kill_after >= 60 * args.minutes:
+        print(f"--kill-after {args.kill_after:g} s must be shorter than the run "
+              f"(--minutes {args.minutes:g})", file=sys.stderr)
+        return 2
+    import ray
+
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    commit = _sh("git", "-C", str(REPO), "rev-parse", "--short", "HEAD", check=False).stdout.strip()
+    res = {"started": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
+           "cores": os.cpu_count(), "ray": ray.__version__, "delay_ms": args.delay_ms,
+           "minutes": args.minutes, "command": "python bench/ray_two_node.py " + " ".join(argv or sys.argv[1:])}
+    prefixes = []
+    for phase in args.phases:
+        print(f"[{phase}] starting two Ray nodes", flush=True)
+        with TwoNodes(args.work_dir, args.delay_ms) as cluster:
+            prefixes.append(str(cluster.tmp))
+            run_dir = args.work_dir / phase
+            if phase == "two_nodes":
+                ph = train(cluster, run_dir, args.minutes, run_config(args.work_dir))
+                ph["leftovers"] = cluster.leftovers()
+            else:
+                ph = train(cluster, run_dir, args.minutes, run_config(args.work_dir, 20.0),
+                           kill_after=args.kill_after)
+                first = read_rows(run_dir / "metrics.jsonl")
+                t_first = first[0]["wall_seconds"] if first else 0.0
+                ph["updates_after_kill"] = updates_after(
+                    run_dir, t_first + (ph["node_2_killed_after_first_update_s"] or 0.0))
+            ph["run"] = describe(run_dir)
+            res[phase] = ph
+        print(f"[{phase}] exit code {ph['exit_code']}, {ph['seconds']:.0f} s", flush=True)
+    time.sleep(2)
+    res["processes_left"] = [c for p in prefixes for c in processes_left(p)]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
+    (args.out / "report.md").write_text(report(res))
+    print(report(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
