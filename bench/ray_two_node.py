@@ -1,13 +1,13 @@
 """Two Ray nodes on one machine: the Ray launcher across a network, and the loss of a node.
 
-    python bench/ray_two_node.py [--minutes 1.5] [--kill-after 30] [--delay-ms 0]
+    python bench/ray_two_node.py [--minutes 1.5] [--kill-after 30]
                                  [--out docs/results/ray_two_node] [--work-dir runs/ray_two_node]
 
 What a user with two machines does (docs/ray.md, "Two machines"), on one Linux machine, as root:
 
 * two network namespaces joined by a virtual Ethernet pair, addresses 10.77.0.1 and 10.77.0.2
-  (``ip netns add``, ``ip link add ... type veth``; with ``--delay-ms`` each direction of the link
-  gets that much delay from ``tc qdisc ... netem``, a round trip twice it);
+  (``ip netns add``, ``ip link add ... type veth``). The link has no added delay: the kernel
+  here has no ``netem`` queueing discipline, so a slower network is not emulated;
 * in each, one Ray node started by ``ray start --block`` inside its own PID namespace
   (``unshare --pid --fork --kill-child --mount-proc``): killing that one process ends every
   process of the node at once, as a machine that loses power does (``ray stop`` would not do:
@@ -40,7 +40,7 @@ Two phases, each a fresh cluster:
 Writes ``results.json`` and ``report.md`` to ``--out``; the runs themselves, the Ray logs
 and each driver's output go to ``--work-dir``. Removes the namespaces (and with them the link)
 and kills both nodes at the end, also after an error or Ctrl-C, then checks that no process of
-its clusters is left. Needs Linux, root, iproute2 (``ip``, ``tc``), util-linux's ``unshare`` and
+its clusters is left. Needs Linux, root, iproute2 (``ip``), util-linux's ``unshare`` and
 Ray (``pip install -e ".[ray]"``); it says which is missing and exits with code 2 otherwise.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ def missing_requirements() -> list[str]:
         out.append("Linux (network and PID namespaces)")
     elif os.geteuid() != 0:
         out.append("root (ip netns add needs it)")
-    out += [f"`{tool}` on PATH" for tool in ("ip", "tc", "unshare") if shutil.which(tool) is None]
+    out += [f"`{tool}` on PATH" for tool in ("ip", "unshare") if shutil.which(tool) is None]
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -90,15 +90,15 @@ class TwoNodes:
     namespace. A context manager: ``__exit__`` kills both nodes and removes the namespaces.
 
     Args:
-        work: folder for the nodes' Ray temp dirs and logs.
-        delay_ms: one-way delay added to each end of the link (``tc netem``), milliseconds.
+        work: folder for the nodes' Ray logs (their temp dirs go under /tmp: Unix socket paths
+            are short).
     """
 
-    def __init__(self, work: Path, delay_ms: float = 0.0):
+    def __init__(self, work: Path):
         tag = f"{os.getpid() % 100000}"
         self.ns = (f"tbalab{tag}a", f"tbalab{tag}b")
         self.veth = (f"tb{tag}a", f"tb{tag}b")
-        self.work, self.delay_ms = work, delay_ms
+        self.work = work
         # Ray's temp dir holds Unix sockets, whose paths are limited to ~107 bytes: keep it short
         self.tmp = Path(tempfile.mkdtemp(prefix="tbr"))
         self.nodes: dict[str, subprocess.Popen] = {}
@@ -128,9 +128,6 @@ class TwoNodes:
             _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
             _sh("ip", "-n", ns, "link", "set", dev, "up")
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            if self.delay_ms:
-                _sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "netem",
-                    "delay", f"{self.delay_ms:g}ms")
 
     def _start(self, name: str, ns: str, args: list[str]) -> None:
         ray_cli = str(Path(sys.executable).parent / "ray")
@@ -302,8 +299,7 @@ def report(res: dict) -> str:
     """report.md from results.json's content."""
     lines = [f"# The Ray launcher on two nodes (network namespaces on one machine)", "",
              f"Started {res['started']}, commit {res['commit']}, {res['cores']} cores "
-             f"(`os.cpu_count()`), Ray {res['ray']}, seed 0, link delay {res['delay_ms']:g} ms "
-             f"each way. Command: `{res['command']}`.", "",
+             f"(`os.cpu_count()`), Ray {res['ray']}, seed 0. Command: `{res['command']}`.", "",
              "Both nodes share this machine's cores and file system: the numbers show what "
              "crosses the network and that nothing is lost, not the speed of two machines.", ""]
     for phase, title in (("two_nodes", "Two nodes, one searcher each (STRICT_SPREAD)"),
@@ -348,7 +344,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=1.5, help="training minutes per run")
     ap.add_argument("--kill-after", type=float, default=30.0,
                     help="seconds after the first update at which node 2 is killed")
-    ap.add_argument("--delay-ms", type=float, default=0.0, help="one-way link delay (tc netem)")
     ap.add_argument("--phases", nargs="+", default=["two_nodes", "node_loss"],
                     choices=["two_nodes", "node_loss"])
     ap.add_argument("--out", type=Path, default=REPO / "docs/results/ray_two_node")
@@ -367,12 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     args.work_dir.mkdir(parents=True, exist_ok=True)
     commit = _sh("git", "-C", str(REPO), "rev-parse", "--short", "HEAD", check=False).stdout.strip()
     res = {"started": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-           "cores": os.cpu_count(), "ray": ray.__version__, "delay_ms": args.delay_ms,
+           "cores": os.cpu_count(), "ray": ray.__version__,
            "minutes": args.minutes, "command": "python bench/ray_two_node.py " + " ".join(argv or sys.argv[1:])}
     prefixes = []
     for phase in args.phases:
         print(f"[{phase}] starting two Ray nodes", flush=True)
-        with TwoNodes(args.work_dir, args.delay_ms) as cluster:
+        with TwoNodes(args.work_dir) as cluster:
             prefixes.append(str(cluster.tmp))
             run_dir = args.work_dir / phase
             if phase == "two_nodes":

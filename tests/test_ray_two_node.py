@@ -41,7 +41,7 @@ def test_report_names_the_nodes_the_failures_and_the_outputs():
                                   "error": "the searcher actor died: its node has died"}],
            "outputs": {"summary.json": True, "checkpoint.pt": False}}
     res = {"started": "2026-12-02T09:00:00", "commit": "abc1234", "cores": 2, "ray": "2.60.0",
-           "delay_ms": 0.0, "command": "python bench/ray_two_node.py", "processes_left": [],
+           "command": "python bench/ray_two_node.py", "processes_left": [],
            "node_loss": {"exit_code": 0, "seconds": 120.0, "run": run, "updates_after_kill": 60,
                          "node_2_killed_after_first_update_s": 30.0}}
     text = bench.report(res)
@@ -61,7 +61,7 @@ def test_missing_requirements_and_a_kill_after_the_run_are_refused(monkeypatch, 
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(bench.missing_requirements()), reason="needs root, ip, tc, unshare and Ray")
+@pytest.mark.skipif(bool(bench.missing_requirements()), reason="needs root, ip, unshare and Ray")
 def test_two_nodes_then_the_loss_of_one(tmp_path):
     """One searcher per node; then node 2 dies mid-run and the trainer carries on with node 1."""
     assert bench.main(["--minutes", "1", "--kill-after", "20", "--out", str(tmp_path / "out"),
