@@ -103,9 +103,18 @@ def _train(args) -> int:
 
 
 def _saved_after_error(output_dir: str) -> None:
-    """After a run stopped on an error: where its outputs are, and how to continue it."""
+    """After a run stopped on an error: where its outputs are and how to continue it, when the
+    trainer got as far as saving them (its ``summary.json`` names the error); else nothing."""
+    from pathlib import Path
+
     from tba_lab.checkpoint import checkpoint_path
 
+    try:
+        saved = "error" in json.loads((Path(output_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        saved = False
+    if not saved:  # the error came before the run's files existed (or they are another run's)
+        return
     hint = (f"; its checkpoint continues with `tba-lab train --resume {output_dir}` once the cause "
             f"is fixed" if checkpoint_path(output_dir).exists() else "")
     print(f"tba-lab train: the run stopped on the error above; policy, buffer, metrics and "

@@ -157,3 +157,20 @@ def test_task_flag_picks_the_tasks_embedded_model_and_sft_dispatches(tmp_path, c
     assert cli.main(["train-rm", "--pairs", str(tmp_path / "none.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"tba-lab train-rm: pairs file '{tmp_path / 'none.jsonl'}' is missing")
+
+
+def test_after_an_error_the_cli_says_what_was_saved_only_when_it_was(tmp_path, capsys):
+    from tba_lab.cli import _saved_after_error
+
+    _saved_after_error(str(tmp_path))  # the error came before the run wrote anything
+    assert capsys.readouterr().err == ""
+    (tmp_path / "summary.json").write_text(json.dumps({"trainer_steps": 3}))  # another run's
+    _saved_after_error(str(tmp_path))
+    assert capsys.readouterr().err == ""
+    (tmp_path / "summary.json").write_text(json.dumps({"error": "RuntimeError: boom"}))
+    _saved_after_error(str(tmp_path))
+    err = capsys.readouterr().err
+    assert f"saved in {tmp_path}" in err and "--resume" not in err  # no update, no checkpoint
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    _saved_after_error(str(tmp_path))
+    assert f"tba-lab train --resume {tmp_path}" in capsys.readouterr().err
