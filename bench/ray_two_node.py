@@ -36,6 +36,12 @@ Two phases, each a fresh cluster:
    Reported: the run's exit code, each ``searcher_failures`` entry (reason, when, what the
    trainer did), updates after the loss, and which outputs exist (``summary.json``,
    ``checkpoint.pt``, ``buffer.pt``, ``policy/``).
+3. ``trainer_killed``: the run of phase 1 with ``training.save_seconds: 15``, and the trainer
+   (the Ray driver) SIGKILLed ``--kill-after`` seconds after its first update, as an
+   out-of-memory kill would. Reported: how long Ray took to free what the run held on both
+   nodes (every CPU free, no placement group left; polled for up to 60 s), the checkpoint's
+   step, and then ``tba-lab train --resume`` on the same cluster: its exit code, final step,
+   ``resumes`` and per-node table (the resumed run's searchers start on both nodes again).
 
 Writes ``results.json`` and ``report.md`` to ``--out``; the runs themselves, the Ray logs
 and each driver's output go to ``--work-dir``. Removes the namespaces (and with them the link)
@@ -62,6 +68,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 HEAD_IP, WORKER_IP, PORT = "10.77.0.1", "10.77.0.2", 6379
 ADDRESS = f"{HEAD_IP}:{PORT}"
+TRAINER_SAVE_SECONDS = 15.0  # training.save_seconds of the trainer_killed phase
 
 
 # ---------------------------------------------------------------------------- the cluster
@@ -174,6 +181,16 @@ class TwoNodes:
                 "'placement_groups_not_removed': sum(s != 'REMOVED' for s in pgs)}))")
         return json.loads(self.python(code))
 
+    def wait_until_free(self, timeout: float = 60.0) -> dict:
+        """:meth:`leftovers` polled until every CPU is free and no placement group is left (or
+        ``timeout`` seconds); adds ``seconds`` (how long that took, counted from the call)."""
+        t0 = time.time()
+        while True:
+            lo = self.leftovers()
+            clean = lo["cpus_free"] == lo["cpus_total"] and not lo["placement_groups_not_removed"]
+            if clean or time.time() - t0 > timeout:
+                return {**lo, "seconds": round(time.time() - t0, 1), "clean": clean}
+
     def kill(self, name: str) -> None:
         """SIGKILL the node's PID namespace: all its processes end at once."""
         p = self.nodes.get(name)
@@ -205,37 +222,48 @@ def processes_left(prefix: str) -> list[str]:
 
 # ---------------------------------------------------------------------------- one run
 
-def run_config(work: Path, searcher_timeout: float = 120.0) -> Path:
+def run_config(work: Path, searcher_timeout: float = 120.0, save_seconds: float = 60.0) -> Path:
     """The YAML the driver gets: two searchers, one per node."""
-    path = work / f"config_timeout{searcher_timeout:g}.yaml"
+    path = work / f"config_timeout{searcher_timeout:g}_save{save_seconds:g}.yaml"
     path.write_text(
         f"async: {{launcher: ray, num_searchers: 2, searcher_timeout: {searcher_timeout:g}}}\n"
-        f"ray: {{address: \"{ADDRESS}\", placement_strategy: STRICT_SPREAD}}\n")
+        f"ray: {{address: \"{ADDRESS}\", placement_strategy: STRICT_SPREAD}}\n"
+        f"training: {{save_seconds: {save_seconds:g}}}\n")
     return path
 
 
-def train(cluster: TwoNodes, run_dir: Path, minutes: float, config: Path,
-          kill_after: float | None = None) -> dict:
-    """``tba-lab train`` in node 1's namespace; with ``kill_after``, node 2 is killed that many
-    seconds after the run's first update. Returns exit code, wall seconds and when (seconds
-    after the first update) node 2 was killed."""
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    cmd = ["ip", "netns", "exec", cluster.ns[0], sys.executable, "-m", "tba_lab", "train",
-           "--config", str(config), "--max-minutes", f"{minutes:g}", "--output-dir", str(run_dir),
+def train(cluster: TwoNodes, run_dir: Path, minutes: float, config: Path | None,
+          kill_after: float | None = None, kill: str = "worker") -> dict:
+    """``tba-lab train`` in node 1's namespace (``config=None``: ``--resume run_dir``); with
+    ``kill_after``, ``kill`` ("worker": node 2; "trainer": the driver, SIGKILL) is killed that
+    many seconds after the run's first update. Returns exit code, wall seconds and when
+    (seconds after the first update) the kill came."""
+    if config is not None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir(parents=True)
+        args = ["--config", str(config), "--max-minutes", f"{minutes:g}", "--output-dir", str(run_dir)]
+    else:
+        args = ["--resume", str(run_dir)]
+    cmd = ["ip", "netns", "exec", cluster.ns[0], sys.executable, "-m", "tba_lab", "train", *args,
            "--no-progress"]
     t0, killed = time.time(), None
-    with open(run_dir.parent / f"{run_dir.name}.log", "w") as log:
+    suffix = "" if config is not None else "_resume"
+    with open(run_dir.parent / f"{run_dir.name}{suffix}.log", "w") as log:
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO)
         try:
             first = None
+            metrics = run_dir / "metrics.jsonl"
+            size_before = metrics.stat().st_size if metrics.exists() else 0  # a resume appends
             while p.poll() is None:
                 metrics = run_dir / "metrics.jsonl"
-                if first is None and metrics.exists() and metrics.stat().st_size:
+                if first is None and metrics.exists() and metrics.stat().st_size > size_before:
                     first = time.time()
                 if kill_after is not None and killed is None and first is not None \
                         and time.time() - first >= kill_after:
-                    cluster.kill("worker")
+                    if kill == "trainer":
+                        p.kill()  # `ip netns exec` execs Python: this is the trainer itself
+                    else:
+                        cluster.kill("worker")
                     killed = round(time.time() - first, 1)
                 time.sleep(0.5)
         except BaseException:
@@ -243,7 +271,7 @@ def train(cluster: TwoNodes, run_dir: Path, minutes: float, config: Path,
             p.wait(120)
             raise
     return {"exit_code": p.returncode, "seconds": round(time.time() - t0, 1),
-            "node_2_killed_after_first_update_s": killed}
+            f"{'node_2' if kill == 'worker' else 'trainer'}_killed_after_first_update_s": killed}
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -283,6 +311,7 @@ def describe(run_dir: Path) -> dict:
                                                  "accuracy_after", "wall_seconds")},
         "per_node": per_node(rows, wall),
         "searcher_failures": summary.get("searcher_failures", []),
+        "summary_resumes": summary.get("resumes"),
         "metrics_rows": len(metrics),
         "outputs": {name: (run_dir / name).exists() for name in
                     ("summary.json", "checkpoint.pt", "buffer.pt", "policy", "searchers.jsonl")}}
@@ -303,7 +332,8 @@ def report(res: dict) -> str:
              "Both nodes share this machine's cores and file system: the numbers show what "
              "crosses the network and that nothing is lost, not the speed of two machines.", ""]
     for phase, title in (("two_nodes", "Two nodes, one searcher each (STRICT_SPREAD)"),
-                         ("node_loss", "Node 2 killed during the run")):
+                         ("node_loss", "Node 2 killed during the run"),
+                         ("trainer_killed", "The trainer SIGKILLed, then resumed on the same cluster")):
         ph = res.get(phase)
         if not ph:
             continue
@@ -325,6 +355,16 @@ def report(res: dict) -> str:
             lo = ph["leftovers"]
             lines += [f"After the run: {lo['cpus_free']:g} of {lo['cpus_total']:g} CPUs free, "
                       f"{lo['placement_groups_not_removed']} placement group(s) not removed.", ""]
+        if phase == "trainer_killed":
+            k, lo = ph["killed"], ph["freed"]
+            lines += [f"The first process was SIGKILLed {k['trainer_killed_after_first_update_s']} s "
+                      f"after its first update (exit code {k['exit_code']}). Ray freed what it held "
+                      f"{'within' if lo['clean'] else 'NOT within'} {lo['seconds']:g} s of its end "
+                      f"({lo['cpus_free']:g} of {lo['cpus_total']:g} CPUs free, "
+                      f"{lo['placement_groups_not_removed']} placement group(s) not removed). "
+                      f"`--resume` continued from the checkpoint at step {ph['checkpoint_step']} "
+                      f"(summary: resumes = {ph['run']['summary_resumes']}); the table is the "
+                      f"whole run's, both processes.", ""]
         if phase == "node_loss":
             lines += [f"Node 2 was killed {ph['node_2_killed_after_first_update_s']} s after the "
                       f"first update; the trainer made {ph['updates_after_kill']} updates after "
@@ -344,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=1.5, help="training minutes per run")
     ap.add_argument("--kill-after", type=float, default=30.0,
                     help="seconds after the first update at which node 2 is killed")
-    ap.add_argument("--phases", nargs="+", default=["two_nodes", "node_loss"],
-                    choices=["two_nodes", "node_loss"])
+    phases = ["two_nodes", "node_loss", "trainer_killed"]
+    ap.add_argument("--phases", nargs="+", default=phases, choices=phases)
     ap.add_argument("--out", type=Path, default=REPO / "docs/results/ray_two_node")
     ap.add_argument("--work-dir", type=Path, default=REPO / "runs/ray_two_node")
     args = ap.parse_args(argv)
@@ -356,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.kill_after >= 60 * args.minutes:
         print(f"--kill-after {args.kill_after:g} s must be shorter than the run "
               f"(--minutes {args.minutes:g})", file=sys.stderr)
+        return 2
+    if "trainer_killed" in args.phases and args.kill_after <= TRAINER_SAVE_SECONDS:
+        print(f"--kill-after {args.kill_after:g} s: the trainer_killed phase needs more than its "
+              f"checkpoint period, {TRAINER_SAVE_SECONDS:g} s", file=sys.stderr)
         return 2
     import ray
 
@@ -373,6 +417,16 @@ def main(argv: list[str] | None = None) -> int:
             if phase == "two_nodes":
                 ph = train(cluster, run_dir, args.minutes, run_config(args.work_dir))
                 ph["leftovers"] = cluster.leftovers()
+            elif phase == "trainer_killed":
+                from tba_lab.checkpoint import load_checkpoint
+
+                killed = train(cluster, run_dir, args.minutes,
+                               run_config(args.work_dir, save_seconds=TRAINER_SAVE_SECONDS),
+                               kill_after=args.kill_after, kill="trainer")
+                freed = cluster.wait_until_free()
+                step = load_checkpoint(run_dir)["step"]
+                ph = {**train(cluster, run_dir, args.minutes, None), "killed": killed,
+                      "freed": freed, "checkpoint_step": step}
             else:
                 ph = train(cluster, run_dir, args.minutes, run_config(args.work_dir, 20.0),
                            kill_after=args.kill_after)

@@ -49,6 +49,15 @@ def test_report_names_the_nodes_the_failures_and_the_outputs():
     assert "| 31.0 | 40 | 1 | exited | restarted (1 of async.max_restarts=2) |" in text
     assert "checkpoint.pt NO" in text and "made 60 updates after" in text
     assert "34.6% -> 41.0%" in text and "left at the end: 0" in text
+    res["trainer_killed"] = {
+        "exit_code": 0, "seconds": 80.0, "checkpoint_step": 45,
+        "run": {**run, "summary_resumes": 1},
+        "killed": {"exit_code": -9, "seconds": 50.0, "trainer_killed_after_first_update_s": 30.0},
+        "freed": {"cpus_free": 2, "cpus_total": 2, "placement_groups_not_removed": 0,
+                  "seconds": 4.1, "clean": True}}
+    text = bench.report(res)
+    assert "SIGKILLed 30.0 s after its first update (exit code -9)" in text
+    assert "freed what it held within 4.1 s" in text and "checkpoint at step 45" in text
 
 
 def test_missing_requirements_and_a_kill_after_the_run_are_refused(monkeypatch, capsys):
@@ -58,12 +67,16 @@ def test_missing_requirements_and_a_kill_after_the_run_are_refused(monkeypatch, 
     monkeypatch.setattr(bench, "missing_requirements", lambda: [])
     assert bench.main(["--minutes", "0.5", "--kill-after", "30"]) == 2
     assert "--kill-after 30 s must be shorter" in capsys.readouterr().err
+    assert bench.main(["--minutes", "1", "--kill-after", "10"]) == 2
+    assert "needs more than its checkpoint period" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(bool(bench.missing_requirements()), reason="needs root, ip, unshare and Ray")
 def test_two_nodes_then_the_loss_of_one(tmp_path):
-    """One searcher per node; then node 2 dies mid-run and the trainer carries on with node 1."""
+    """One searcher per node; then node 2 dies mid-run and the trainer carries on with node 1;
+    then the trainer is SIGKILLed, Ray frees its actors and placement group on both nodes, and
+    ``--resume`` finishes the run on the same cluster."""
     assert bench.main(["--minutes", "1", "--kill-after", "20", "--out", str(tmp_path / "out"),
                        "--work-dir", str(tmp_path / "work")]) == 0
     res = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -79,4 +92,9 @@ def test_two_nodes_then_the_loss_of_one(tmp_path):
     worker_searchers = loss["run"]["per_node"][bench.WORKER_IP]["searchers"]
     assert lost and lost[0]["searcher_id"] in worker_searchers
     assert all(loss["run"]["outputs"].values())
+    killed = res["trainer_killed"]
+    assert killed["killed"]["exit_code"] == -9 and killed["freed"]["clean"]
+    assert killed["exit_code"] == 0 and killed["run"]["summary_resumes"] == 1
+    assert killed["run"]["summary"]["trainer_steps"] > killed["checkpoint_step"] > 0
+    assert set(killed["run"]["per_node"]) == {bench.HEAD_IP, bench.WORKER_IP}
     assert res["processes_left"] == []
