@@ -401,9 +401,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--kill-after {args.kill_after:g} s: the trainer_killed phase needs more than its "
               f"checkpoint period, {TRAINER_SAVE_SECONDS:g} s", file=sys.stderr)
         return 2
+    import fcntl
+
     import ray
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(args.work_dir / ".lock", "w")  # held until this process exits
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"another bench/ray_two_node.py is using --work-dir {args.work_dir}: wait for it "
+              f"or give another folder", file=sys.stderr)
+        return 2
     commit = _sh("git", "-C", str(REPO), "rev-parse", "--short", "HEAD", check=False).stdout.strip()
     res = {"started": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
            "cores": os.cpu_count(), "ray": ray.__version__,

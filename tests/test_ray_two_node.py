@@ -98,3 +98,15 @@ def test_two_nodes_then_the_loss_of_one(tmp_path):
     assert killed["run"]["summary"]["trainer_steps"] > killed["checkpoint_step"] > 0
     assert set(killed["run"]["per_node"]) == {bench.HEAD_IP, bench.WORKER_IP}
     assert res["processes_left"] == []
+
+
+def test_a_second_bench_on_the_same_work_dir_is_refused(tmp_path, monkeypatch, capsys):
+    import fcntl
+
+    pytest.importorskip("ray")
+    monkeypatch.setattr(bench, "missing_requirements", lambda: [])
+    (tmp_path / "work").mkdir()
+    with open(tmp_path / "work" / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a running bench holds it
+        assert bench.main(["--work-dir", str(tmp_path / "work"), "--out", str(tmp_path)]) == 2
+    assert "another bench/ray_two_node.py is using --work-dir" in capsys.readouterr().err
