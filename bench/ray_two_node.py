@@ -1,4 +1,4 @@
-"""Two Ray nodes on one machine: the Ray launcher across a network, and the loss of a node.
+"""Two Ray nodes on one machine: the Ray launcher across a network, the loss of a node, and of the trainer.
 
     python bench/ray_two_node.py [--minutes 1.5] [--kill-after 30]
                                  [--out docs/results/ray_two_node] [--work-dir runs/ray_two_node]
@@ -23,7 +23,7 @@ The nodes share this machine's file system and cores (2 here), so the numbers sa
 the network (placement, the weights through the object store, the rollout queue, failure
 detection) and what it costs, not how fast two real machines would train.
 
-Two phases, each a fresh cluster:
+Three phases, each on a fresh cluster:
 
 1. ``two_nodes``: the run above for ``--minutes``. Reported per node, from the run's
    ``searchers.jsonl``: batches received, samples per minute, the weight sync before a batch
