@@ -1,4 +1,4 @@
-"""Two Ray nodes on one machine: the Ray launcher across a network, the loss of a node, and of the trainer.
+"""Two Ray nodes on one machine: the Ray launcher across a network, losing a node, losing the trainer.
 
     python bench/ray_two_node.py [--minutes 1.5] [--kill-after 30]
                                  [--out docs/results/ray_two_node] [--work-dir runs/ray_two_node]
@@ -169,7 +169,8 @@ class TwoNodes:
             except (RuntimeError, ValueError, subprocess.TimeoutExpired):
                 pass
             time.sleep(2)
-        raise TimeoutError(f"{n} Ray nodes were not up within {timeout:g} s; see {self.work}/ray_*.log")
+        raise TimeoutError(f"{n} Ray nodes were not up within {timeout:g} s; "
+                           f"see {self.work}/ray_*.log")
 
     def leftovers(self) -> dict:
         """What the cluster still holds: CPUs in use and placement groups not removed."""
@@ -241,7 +242,8 @@ def train(cluster: TwoNodes, run_dir: Path, minutes: float, config: Path | None,
     if config is not None:
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir(parents=True)
-        args = ["--config", str(config), "--max-minutes", f"{minutes:g}", "--output-dir", str(run_dir)]
+        args = ["--config", str(config), "--max-minutes", f"{minutes:g}",
+                "--output-dir", str(run_dir)]
     else:
         args = ["--resume", str(run_dir)]
     cmd = ["ip", "netns", "exec", cluster.ns[0], sys.executable, "-m", "tba_lab", "train", *args,
@@ -275,7 +277,9 @@ def train(cluster: TwoNodes, run_dir: Path, minutes: float, config: Path | None,
 
 
 def read_rows(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def per_node(rows: list[dict], wall_seconds: float) -> dict:
@@ -300,7 +304,8 @@ def per_node(rows: list[dict], wall_seconds: float) -> dict:
 
 def describe(run_dir: Path) -> dict:
     """The run's summary, per-node table and which outputs exist."""
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
     rows = read_rows(run_dir / "searchers.jsonl")
     wall = float(summary.get("wall_seconds") or 1.0)
     metrics = read_rows(run_dir / "metrics.jsonl")
