@@ -73,30 +73,21 @@ def test_missing_requirements_and_a_kill_after_the_run_are_refused(monkeypatch, 
 
 @pytest.mark.slow
 @pytest.mark.skipif(bool(bench.missing_requirements()), reason="needs root, ip, unshare and Ray")
-def test_two_nodes_then_the_loss_of_one(tmp_path):
-    """One searcher per node; then node 2 dies mid-run and the trainer carries on with node 1;
-    then the trainer is SIGKILLed, Ray frees its actors and placement group on both nodes, and
-    ``--resume`` finishes the run on the same cluster."""
-    assert bench.main(["--minutes", "1", "--kill-after", "20", "--out", str(tmp_path / "out"),
-                       "--work-dir", str(tmp_path / "work")]) == 0
+def test_one_searcher_per_node_then_the_loss_of_node_2(tmp_path):
+    """The node-loss phase alone (about 90 s; the other two phases are the bench's own runs,
+    docs/results/ray_two_node*): both nodes deliver batches with timed syncs, then node 2 dies
+    and the trainer reports its searcher and trains on with node 1's, writing every output."""
+    assert bench.main(["--phases", "node_loss", "--minutes", "0.75", "--kill-after", "20",
+                       "--out", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work")]) == 0
     res = json.loads((tmp_path / "out" / "results.json").read_text())
-    both = res["two_nodes"]
-    assert both["exit_code"] == 0
-    assert set(both["run"]["per_node"]) == {bench.HEAD_IP, bench.WORKER_IP}
-    assert all(n["batches"] > 0 and n["syncs"] > 0 for n in both["run"]["per_node"].values())
-    assert both["leftovers"]["cpus_free"] == both["leftovers"]["cpus_total"] == 2
-    assert both["leftovers"]["placement_groups_not_removed"] == 0
     loss = res["node_loss"]
+    assert set(loss["run"]["per_node"]) == {bench.HEAD_IP, bench.WORKER_IP}
+    assert all(n["batches"] > 0 and n["syncs"] > 0 for n in loss["run"]["per_node"].values())
     assert loss["exit_code"] == 0 and loss["updates_after_kill"] > 0
     lost = [f for f in loss["run"]["searcher_failures"] if f["reason"] == "exited"]
     worker_searchers = loss["run"]["per_node"][bench.WORKER_IP]["searchers"]
     assert lost and lost[0]["searcher_id"] in worker_searchers
     assert all(loss["run"]["outputs"].values())
-    killed = res["trainer_killed"]
-    assert killed["killed"]["exit_code"] == -9 and killed["freed"]["clean"]
-    assert killed["exit_code"] == 0 and killed["run"]["summary_resumes"] == 1
-    assert killed["run"]["summary"]["trainer_steps"] > killed["checkpoint_step"] > 0
-    assert set(killed["run"]["per_node"]) == {bench.HEAD_IP, bench.WORKER_IP}
     assert res["processes_left"] == []
 
 
