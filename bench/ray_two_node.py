@@ -65,6 +65,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tba_lab.runlog import read_jsonl_rows
+
 REPO = Path(__file__).resolve().parents[1]
 HEAD_IP, WORKER_IP, PORT = "10.77.0.1", "10.77.0.2", 6379
 ADDRESS = f"{HEAD_IP}:{PORT}"
@@ -276,12 +278,6 @@ def train(cluster: TwoNodes, run_dir: Path, minutes: float, config: Path | None,
             f"{'node_2' if kill == 'worker' else 'trainer'}_killed_after_first_update_s": killed}
 
 
-def read_rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
 def per_node(rows: list[dict], wall_seconds: float) -> dict:
     """``searchers.jsonl`` rows summed up per ``node``: batches, samples per minute, weight
     syncs (count, median and max seconds over the batches that loaded a new version) and the
@@ -306,9 +302,9 @@ def describe(run_dir: Path) -> dict:
     """The run's summary, per-node table and which outputs exist."""
     path = run_dir / "summary.json"
     summary = json.loads(path.read_text()) if path.exists() else {}
-    rows = read_rows(run_dir / "searchers.jsonl")
+    rows = read_jsonl_rows(run_dir / "searchers.jsonl")
     wall = float(summary.get("wall_seconds") or 1.0)
-    metrics = read_rows(run_dir / "metrics.jsonl")
+    metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
     return {
         "summary": {k: summary.get(k) for k in ("trainer_steps", "updates_per_minute",
                                                  "samples_generated", "staleness_mean",
@@ -322,9 +318,10 @@ def describe(run_dir: Path) -> dict:
                     ("summary.json", "checkpoint.pt", "buffer.pt", "policy", "searchers.jsonl")}}
 
 
-def updates_after(run_dir: Path, seconds: float) -> int:
-    """Trainer updates logged after ``seconds`` of training (``metrics.jsonl``'s ``wall_seconds``)."""
-    return sum(1 for r in read_rows(run_dir / "metrics.jsonl") if r.get("wall_seconds", 0) > seconds)
+def updates_after(metrics: list[dict], seconds: float) -> int:
+    """Trainer updates logged after ``seconds`` of training (``metrics.jsonl`` rows'
+    ``wall_seconds``)."""
+    return sum(1 for r in metrics if r.get("wall_seconds", 0) > seconds)
 
 
 # ---------------------------------------------------------------------------- report
@@ -444,10 +441,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 ph = train(cluster, run_dir, args.minutes, run_config(args.work_dir, 20.0),
                            kill_after=args.kill_after)
-                first = read_rows(run_dir / "metrics.jsonl")
-                t_first = first[0]["wall_seconds"] if first else 0.0
+                metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
+                t_first = metrics[0]["wall_seconds"] if metrics else 0.0
                 ph["updates_after_kill"] = updates_after(
-                    run_dir, t_first + (ph["node_2_killed_after_first_update_s"] or 0.0))
+                    metrics, t_first + (ph["node_2_killed_after_first_update_s"] or 0.0))
             ph["run"] = describe(run_dir)
             res[phase] = ph
         print(f"[{phase}] exit code {ph['exit_code']}, {ph['seconds']:.0f} s", flush=True)
@@ -455,8 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     res["processes_left"] = [c for p in prefixes for c in processes_left(p)]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
-    (args.out / "report.md").write_text(report(res))
-    print(report(res))
+    text = report(res)
+    (args.out / "report.md").write_text(text)
+    print(text)
     return 0
 
 
