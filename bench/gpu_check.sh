@@ -10,6 +10,10 @@
 # Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (OUT_DIR: the first argument, else
 # $OUT, else runs/gpu_check) and prints the summary. PYTHON picks the interpreter.
 set -u
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-runs/gpu_check}}"
 shift || true

@@ -232,8 +232,9 @@ class TBConfig:
 
     def validate(self) -> None:
         check(self.beta > 0, f"tb.beta={self.beta}: the KL coefficient must be > 0")
-        check(self.beta_final is None or self.beta_final > 0, "tb.beta_final must be > 0 or null")
-        check(self.beta_anneal_steps >= 0, "tb.beta_anneal_steps must be >= 0")
+        check(self.beta_final is None or self.beta_final > 0,
+              f"tb.beta_final={self.beta_final}: must be > 0 or null")
+        check(self.beta_anneal_steps >= 0, f"tb.beta_anneal_steps={self.beta_anneal_steps}: must be >= 0")
         check_choice(self.log_z, ("vargrad", "learned"), "tb.log_z")
         check(self.log_z_lr > 0, f"tb.log_z_lr={self.log_z_lr}: must be > 0")
         check_choice(self.loss_type, TB_LOSS_TYPES, "tb.loss_type")
@@ -304,7 +305,8 @@ class GRPOConfig:
         check_choice(self.loss_type, GRPO_LOSS_TYPES, "grpo.loss_type")
         check_choice(self.scale_rewards, SCALE_REWARDS, "grpo.scale_rewards")
         check_choice(self.kl_estimator, KL_ESTIMATORS, "grpo.kl_estimator")
-        check(self.beta >= 0 and self.epsilon >= 0, "grpo.beta and grpo.epsilon must be >= 0")
+        check(self.beta >= 0, f"grpo.beta={self.beta}: must be >= 0 (0 = no KL term)")
+        check(self.epsilon >= 0, f"grpo.epsilon={self.epsilon}: must be >= 0 (the clip range)")
 
 
 @ALGORITHMS.register
@@ -352,7 +354,8 @@ class RLOOConfig:
     epsilon: float = 0.2                # PPO clip range of the per-token ratio (off-policy data)
 
     def validate(self) -> None:
-        check(self.beta >= 0 and self.epsilon >= 0, "rloo.beta and rloo.epsilon must be >= 0")
+        check(self.beta >= 0, f"rloo.beta={self.beta}: must be >= 0 (0 = no KL term)")
+        check(self.epsilon >= 0, f"rloo.epsilon={self.epsilon}: must be >= 0 (the clip range)")
 
 
 @ALGORITHMS.register

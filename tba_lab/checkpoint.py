@@ -118,3 +118,45 @@ def check_same_run(saved_config: dict, cfg) -> None:
                 f"{name}={new!r}; a resumed run must keep its model, algorithm, task and group "
                 f"size. Drop the override to continue the run, or start a new run in another "
                 f"output_dir")
+
+
+def check_budget_left(state: dict, cfg) -> None:
+    """Refuse to resume a finished run whose budget is already used up: nothing would train,
+    and the final evaluation would run again and add a second "after" row.
+
+    A run counts as finished when its ``summary.json`` records the final held-out evaluation
+    (``eval_seconds_after``). A run stopped before or during that evaluation resumes even with no
+    budget left, and then only evaluates. Budgets count the run's whole training time and
+    updates, resumes included (:func:`tba_lab.trainer.train`).
+
+    Args:
+        state: the checkpoint (:func:`load_checkpoint`): ``step`` and the log's
+            ``elapsed_saved`` (training seconds used).
+        cfg: the resuming :class:`~tba_lab.config.RunConfig` (``max_minutes``,
+            ``training.max_steps``, ``output_dir``).
+    Raises:
+        tba_lab.config.ConfigError: naming each exhausted budget, what was used, and the flag
+            that extends it.
+    """
+    import json
+
+    from tba_lab.config import ConfigError
+
+    step, seconds = int(state["step"]), float(state["log"].get("elapsed_saved", 0.0))
+    used = []
+    if cfg.training.max_steps and step >= cfg.training.max_steps:
+        used.append(f"training.max_steps={cfg.training.max_steps} and it made {step} updates: "
+                    f"give --max-steps above {step}")
+    if seconds >= 60 * cfg.max_minutes:
+        used.append(f"max_minutes={cfg.max_minutes:g} and it trained {seconds:.0f} s: give "
+                    f"--max-minutes above {seconds / 60:.2f}")
+    if not used:
+        return
+    try:
+        finished = "eval_seconds_after" in json.loads(
+            (Path(cfg.output_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        finished = False
+    if finished:
+        raise ConfigError(f"--resume {cfg.output_dir}: the run has finished its budget "
+                          f"({'; and '.join(used)}); nothing was changed")

@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import traceback
+from pathlib import Path
 
 
 def _one_line(e: BaseException) -> str:
@@ -58,6 +59,11 @@ def _train(args) -> int:
         if args.resume and args.config:
             raise ConfigError("give --resume DIR or --config FILE, not both: a resumed run reads "
                               "DIR/config.yaml (flags may still override its budget)")
+        if (args.resume and args.output_dir is not None
+                and Path(args.output_dir).resolve() != Path(args.resume).resolve()):
+            raise ConfigError(f"give --resume {args.resume} without --output-dir {args.output_dir}:"
+                              f" a resumed run continues in its own folder; to keep the original, "
+                              f"copy the folder and resume the copy")
         source = resume_config(args.resume) if args.resume else args.config
         data = read_yaml_data(source) if source else {}
         if args.task is not None and isinstance(data, dict):
@@ -84,8 +90,7 @@ def _train(args) -> int:
     try:
         s = train(cfg, progress=not args.no_progress, resume=bool(args.resume))
     except KeyboardInterrupt:
-        print(f"\ninterrupted: policy, buffer, metrics and summary so far saved in {cfg.output_dir}"
-              f"; continue with `tba-lab train --resume {cfg.output_dir}`", file=sys.stderr)
+        print(f"\n{_interrupted_line(cfg.output_dir)}", file=sys.stderr)
         return 130
     except (ConfigError, FileNotFoundError) as e:  # a resume that does not fit its checkpoint
         print(f"tba-lab train: {_one_line(e)}", file=sys.stderr)
@@ -102,11 +107,22 @@ def _train(args) -> int:
     return 0
 
 
+def _interrupted_line(output_dir: str) -> str:
+    """What ``tba-lab train`` says after Ctrl-C / SIGTERM: where the run was saved and the
+    ``--resume`` command, or, when it was stopped before it wrote a checkpoint (while loading,
+    say), that there is nothing to resume."""
+    from tba_lab.checkpoint import checkpoint_path
+
+    if checkpoint_path(output_dir).exists() and (Path(output_dir) / "config.yaml").exists():
+        return (f"interrupted: policy, buffer, metrics and summary so far saved in {output_dir}; "
+                f"continue with `tba-lab train --resume {output_dir}`")
+    return (f"interrupted before the run saved a checkpoint: nothing to resume in {output_dir}; "
+            f"start the run again")
+
+
 def _saved_after_error(output_dir: str) -> None:
     """After a run stopped on an error: where its outputs are and how to continue it, when the
     trainer got as far as saving them (its ``summary.json`` names the error); else nothing."""
-    from pathlib import Path
-
     from tba_lab.checkpoint import checkpoint_path
 
     try:
@@ -127,8 +143,6 @@ def resume_config(run_dir: str) -> str:
     Raises:
         FileNotFoundError: ``run_dir`` holds no ``config.yaml`` (not a run's output_dir).
     """
-    from pathlib import Path
-
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
         raise FileNotFoundError(f"--resume {run_dir}: no config.yaml there; give the output_dir "
@@ -223,17 +237,32 @@ def _experiment(args) -> int:
     return experiment_main(args)
 
 
+def seed_arg(text: str) -> int:
+    """argparse type of ``--seed``/``--seeds``: an int from 0 to ``tba_lab.config.SEED_MAX``."""
+    from tba_lab.config import SEED_MAX
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{value}: give a seed from 0 to {SEED_MAX}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tba_lab.registry import ALGORITHMS, TASKS
 
-    p = argparse.ArgumentParser(prog="tba-lab", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="tba-lab", description=(
+        "Teaching kit for asynchronous off-policy RL post-training with trajectory balance "
+        "(TBA). Each command has its own --help; also runs as `python -m tba_lab`."))
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="RL post-training (async TBA by default)")
     t.add_argument("--config", help="YAML file with RunConfig fields (see tba_lab/config.py)")
     t.add_argument("--output-dir", help="where outputs go (default runs/default)")
     t.add_argument("--max-minutes", type=float, help="training wall-clock budget in minutes (default 9; evaluation before and after is extra)")
     t.add_argument("--max-steps", type=int, help="stop after this many trainer updates")
-    t.add_argument("--seed", type=int)
+    t.add_argument("--seed", type=seed_arg)
     t.add_argument("--algo", choices=ALGORITHMS.names(), help="loss (default tb)")
     t.add_argument("--task", choices=TASKS.names(), help="task (default arithmetic)")
     t.add_argument("--mode", choices=["async", "sync"])
@@ -250,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output-dir", help="model folder (default: the task's, e.g. data/tiny-llama)")
     s.add_argument("--task-dir", help="task data folder (default: the task's, e.g. data/arithmetic)")
     s.add_argument("--steps", type=int)
-    s.add_argument("--seed", type=int)
+    s.add_argument("--seed", type=seed_arg)
     s.set_defaults(func=_sft)
     m = sub.add_parser("train-rm", help="retrain the preference task's reward model "
                        "(Bradley-Terry loss on preference pairs)")
@@ -260,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default data/tiny-llama-preference)")
     m.add_argument("--output-dir", help="RM folder (default data/tiny-rm-preference)")
     m.add_argument("--steps", type=int, help="optimiser steps (default: the embedded RM's)")
-    m.add_argument("--seed", type=int, help="seed of the pair order and the score head (default 0)")
+    m.add_argument("--seed", type=seed_arg, help="seed of the pair order and the score head (default 0)")
     m.set_defaults(func=_train_rm)
     e = sub.add_parser("eval", help="held-out metrics (greedy accuracy) of a saved policy")
     e.add_argument("--model", default=None, help="policy folder (default: the task's embedded model)")
@@ -272,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reproduce", help="execute every course notebook with papermill, write report.md")
     r.add_argument("--smoke", action="store_true", help="each notebook's small SMOKE configuration (<= 60 s each)")
     r.add_argument("--output-dir", default="runs/reproduce", help="executed notebooks, figures, report.md")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=seed_arg, default=0)
     r.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
     r.add_argument("--notebook-dir", help="folder of notebooks (default: the repository's notebooks/)")
     r.set_defaults(func=_reproduce)
@@ -283,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("name", metavar="NAME", help=f"one of: {', '.join(NAMES)}")
     x.add_argument("--smoke", action="store_true", help="tiny settings (a few updates per run; "
                    "about 2-3 minutes for all four on 2 cores)")
-    x.add_argument("--seeds", type=int, nargs="+", help="seeds (default 0 1 2; with --smoke: 0)")
+    x.add_argument("--seeds", type=seed_arg, nargs="+", help="seeds (default 0 1 2; with --smoke: 0)")
     x.add_argument("--output-dir", default="runs/experiments", help="NAME/report.md, figures, "
                    "results.json and runs/ go under it (default runs/experiments)")
     x.add_argument("--eval-size", type=int, help="held-out problems per evaluation (default 200; "

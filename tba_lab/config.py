@@ -122,6 +122,9 @@ def section_classes() -> dict[str, type]:
     return out
 
 
+SEED_MAX = 2**32 - 1  # largest run seed; searcher seeds add offsets, which torch (< 2**64) and numpy take
+
+
 @dataclass
 class RunConfig:
     """A whole run. ``sections`` holds the registered option sections by YAML key; read them as
@@ -422,31 +425,35 @@ def validate(cfg: RunConfig) -> RunConfig:
 
         cfg.model.path = str(embedded_model_dir(cfg.task.name))
     check(cfg.max_minutes > 0, f"max_minutes={cfg.max_minutes}: give a positive number of minutes")
+    check(0 <= cfg.seed <= SEED_MAX, f"seed={cfg.seed}: give an integer from 0 to {SEED_MAX} "
+                                     f"(2**32 - 1; numpy and torch generators take no sign)")
     check(cfg.log_every >= 1, f"log_every={cfg.log_every}: must be >= 1")
     m, t, tr = cfg.model, cfg.task, cfg.training
     check(m.temperature > 0, f"model.temperature={m.temperature}: must be > 0 (sampling temperature)")
     check(m.max_new_tokens >= 1, f"model.max_new_tokens={m.max_new_tokens}: must be >= 1")
     check(t.eval_size >= 1, f"task.eval_size={t.eval_size}: must be >= 1")
     check(t.interim_eval_size >= 1, f"task.interim_eval_size={t.interim_eval_size}: must be >= 1")
-    check(t.eval_every_seconds >= 0, "task.eval_every_seconds must be >= 0 (0 turns it off)")
-    check(tr.num_prompts_per_step >= 1, "training.num_prompts_per_step must be >= 1")
+    check(t.eval_every_seconds >= 0, f"task.eval_every_seconds={t.eval_every_seconds}: must be >= 0 "
+                                  f"(0 turns it off)")
+    check(tr.num_prompts_per_step >= 1,
+          f"training.num_prompts_per_step={tr.num_prompts_per_step}: must be >= 1")
     check(tr.num_generations >= 2, f"training.num_generations={tr.num_generations}: group "
                                    f"methods (TB's VarGrad log Z, GRPO advantages) need K >= 2")
     check(tr.learning_rate > 0, f"training.learning_rate={tr.learning_rate}: must be > 0")
     check_choice(tr.lr_schedule, ("linear", "constant"), "training.lr_schedule")
-    check(tr.max_grad_norm >= 0, "training.max_grad_norm must be >= 0 (0 = no clipping)")
-    check(tr.max_steps >= 0, "training.max_steps must be >= 0 (0 = bounded by time only)")
-    check(tr.save_seconds >= 0 and tr.save_steps >= 0,
-          "training.save_seconds and training.save_steps must be >= 0 (0 turns either off)")
+    check(tr.max_grad_norm >= 0, f"training.max_grad_norm={tr.max_grad_norm}: must be >= 0 (0 = no clipping)")
+    check(tr.max_steps >= 0, f"training.max_steps={tr.max_steps}: must be >= 0 (0 = bounded by time only)")
+    check(tr.save_seconds >= 0, f"training.save_seconds={tr.save_seconds}: must be >= 0 (0 turns it off)")
+    check(tr.save_steps >= 0, f"training.save_steps={tr.save_steps}: must be >= 0 (0 turns it off)")
     b = cfg.buffer
-    check(b.capacity_per_prompt >= 1, "buffer.capacity_per_prompt must be >= 1")
+    check(b.capacity_per_prompt >= 1, f"buffer.capacity_per_prompt={b.capacity_per_prompt}: must be >= 1")
     check(b.capacity_per_prompt >= tr.num_generations,
           f"buffer.capacity_per_prompt={b.capacity_per_prompt} is below training.num_generations="
           f"{tr.num_generations}: every group of K would repeat rows; keep at least K per prompt")
     check(0 <= b.recency_prob <= 1, f"buffer.recency_prob={b.recency_prob}: must be in [0, 1]")
-    check(b.inv_temp >= 0, "buffer.inv_temp must be >= 0 (0 = uniform)")
+    check(b.inv_temp >= 0, f"buffer.inv_temp={b.inv_temp}: must be >= 0 (0 = uniform)")
     check_choice(b.recency_fallback, ("reward", "newest"), "buffer.recency_fallback")
-    check(b.initial_fill >= 0, "buffer.initial_fill must be >= 0")
+    check(b.initial_fill >= 0, f"buffer.initial_fill={b.initial_fill}: must be >= 0")
     check(b.max_replay_ratio == 0 or b.max_replay_ratio >= 1,
           f"buffer.max_replay_ratio={b.max_replay_ratio}: rows trained per row generated; use 0 "
           f"(no bound) or a value >= 1 (1 = every rollout trained on once on average)")
@@ -456,8 +463,9 @@ def validate(cfg: RunConfig) -> RunConfig:
     check_choice(a.mode, ("async", "sync"), "async.mode")
     check(a.num_searchers >= 1, f"async.num_searchers={a.num_searchers}: need at least one searcher")
     check(a.sync_period >= 1, f"async.sync_period={a.sync_period}: must be >= 1")
-    check(a.queue_size >= 1, "async.queue_size must be >= 1")
-    check(a.searcher_threads >= 0 and a.trainer_threads >= 0, "thread counts must be >= 0")
+    check(a.queue_size >= 1, f"async.queue_size={a.queue_size}: must be >= 1")
+    check(a.searcher_threads >= 0, f"async.searcher_threads={a.searcher_threads}: must be >= 0 (0 = automatic)")
+    check(a.trainer_threads >= 0, f"async.trainer_threads={a.trainer_threads}: must be >= 0 (0 = automatic)")
     check_choice(a.reference_pass, ("searcher", "trainer"), "async.reference_pass")
     check(a.searcher_timeout >= 0, f"async.searcher_timeout={a.searcher_timeout}: give seconds "
                                    f"(> 0), or 0 to never treat a silent searcher as hung")

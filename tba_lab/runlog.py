@@ -101,17 +101,23 @@ class RunLog:
         progress: show a tqdm bar of trainer updates.
         resume: :meth:`state_dict` of the run being resumed (its checkpoint's ``log``), or None
             for a new run (the files are started afresh).
+    Raises:
+        tba_lab.config.ConfigError: ``output_dir`` cannot be created (naming it and the fix).
     """
 
     _COUNTERS = ("samples", "stale_sum", "stale_n", "stale_max", "searcher_reward", "nonfinite",
                  "elapsed_saved")
 
     def __init__(self, cfg, progress: bool = True, resume: dict | None = None):
-        from tba_lab.config import write_yaml
+        from tba_lab.config import ConfigError, write_yaml
 
         self.cfg = cfg
         self.out = Path(cfg.output_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
+        try:  # the preflight's check cannot foresee every file system (/proc, say, even as root)
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"output_dir={str(cfg.output_dir)!r} cannot be created ({e.strerror});"
+                              f" fix: choose a folder you can write (--output-dir DIR)") from None
         write_yaml(cfg, self.out / "config.yaml")
         self.progress = progress
         self.summary: dict = {"algo": cfg.algo, "task": cfg.task.name, "mode": cfg.async_.mode,

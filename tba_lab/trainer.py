@@ -57,7 +57,8 @@ import torch
 from tba_lab.actors.launcher import SearcherError, SearcherFailed, make_launcher
 from tba_lab.algorithms import compute_loss, make_algorithm
 from tba_lab.buffer import ReplayBuffer, Rollout, complete_groups
-from tba_lab.checkpoint import check_same_run, checkpoint_path, load_checkpoint, save_checkpoint
+from tba_lab.checkpoint import (check_budget_left, check_same_run, checkpoint_path, load_checkpoint,
+                                 save_checkpoint)
 from tba_lab.config import RunConfig
 from tba_lab.eval import evaluate
 from tba_lab.rollout.collect import with_reference
@@ -303,7 +304,8 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
     Raises:
         KeyboardInterrupt: re-raised after saving everything when interrupted (Ctrl-C or SIGTERM).
         tba_lab.config.ConfigError: bad input found before anything starts (nothing written),
-            or a resume with another model, algorithm, task or group size.
+            or a resume with another model, algorithm, task or group size, or of a finished
+            run with no budget left (:func:`~tba_lab.checkpoint.check_budget_left`).
         FileNotFoundError: ``resume`` and no checkpoint in ``cfg.output_dir``.
         SearcherError: every searcher failed beyond ``async.max_restarts`` (traceback inside).
     """
@@ -315,6 +317,7 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
     if resume:
         state = load_checkpoint(cfg.output_dir)
         check_same_run(state["config"], cfg)
+        check_budget_left(state, cfg)
     with _trainer_process(cfg):
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
@@ -369,6 +372,8 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
             feed.start()  # searchers load their models while the trainer evaluates
             if state is None:
                 saver.forget_previous_run()
+            if state is None or (step == 0 and "eval_seconds_before" not in log.summary):
+                # (a run stopped during its first evaluation still has the starting policy)
                 held_out_metrics(0, cfg.task.eval_size, "before")
             deadline = log.start_clock() + 60 * cfg.max_minutes
             saver.start_clock(step)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tba_lab.config import ConfigError, from_dict
+
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
        "OMP_NUM_THREADS": "1"}
 TBA_LAB = Path(sys.executable).with_name("tba-lab")  # the console script of this environment
@@ -27,6 +29,8 @@ def test_train_help():
     (["--sync-period", "0"], "sync_period"),
     (["--mode", "sync", "--num-searchers", "2"], "num_searchers"),
     (["--max-minutes", "-1"], "max_minutes"),
+    (["--seed", "-1"], "--seed: -1: give a seed from 0 to 4294967295"),
+    (["--seed", str(2**32)], "--seed: 4294967296"),
 ])
 def test_bad_flag_value_exits_2_naming_the_field(tmp_path, args, field):
     r = subprocess.run([sys.executable, "-m", "tba_lab", "train", "--output-dir",
@@ -174,3 +178,25 @@ def test_after_an_error_the_cli_says_what_was_saved_only_when_it_was(tmp_path, c
     (tmp_path / "checkpoint.pt").write_bytes(b"")
     _saved_after_error(str(tmp_path))
     assert f"tba-lab train --resume {tmp_path}" in capsys.readouterr().err
+
+
+def test_ctrl_c_offers_a_resume_only_when_there_is_a_checkpoint(tmp_path):
+    """Stopped in its first seconds, before any checkpoint, a run has nothing to resume, and
+    the message says so instead of printing a ``--resume`` command that would fail."""
+    from tba_lab.cli import _interrupted_line
+
+    line = _interrupted_line(str(tmp_path / "never-made"))
+    assert "nothing to resume" in line and "--resume" not in line
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    assert "nothing to resume" in _interrupted_line(str(tmp_path))  # no config.yaml: not a run
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    assert f"continue with `tba-lab train --resume {tmp_path}`" in _interrupted_line(str(tmp_path))
+
+
+def test_seed_in_a_config_file_is_checked_like_the_flag():
+    from tba_lab.config import validate
+
+    for seed in (-1, 2**32):
+        with pytest.raises(ConfigError, match=f"seed={seed}: give an integer from 0 to 4294967295"):
+            validate(from_dict({"seed": seed}))
+    assert validate(from_dict({"seed": 2**32 - 1})).seed == 2**32 - 1

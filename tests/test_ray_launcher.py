@@ -89,6 +89,35 @@ def test_ray_options_are_validated(tmp_path):
     assert cfg.ray.address == "auto" and cfg.ray.num_cpus_per_searcher == 0.5
 
 
+def test_a_cluster_address_nobody_answers_is_refused_before_the_run(tmp_path, monkeypatch):
+    """ray.address (or RAY_ADDRESS) is probed with one TCP connection when the config is
+    checked: a closed port gives a one-line error naming the field and the fixes, not Ray's
+    half a minute of retries; a listening port passes; a malformed address is named too."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # free again once closed: nothing listens there
+    t0 = time.time()
+    with pytest.raises(ConfigError) as err:
+        _config(tmp_path, ray={"address": f"127.0.0.1:{closed}"})
+    assert time.time() - t0 < 5
+    msg = str(err.value)
+    assert msg.startswith(f"ray.address='127.0.0.1:{closed}': no Ray head answers there")
+    assert f"ray start --head --port {closed}" in msg and "leave ray.address empty" in msg
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed}")
+    with pytest.raises(ConfigError, match=f"^RAY_ADDRESS='127.0.0.1:{closed}': no Ray head"):
+        _config(tmp_path)
+    with pytest.raises(ConfigError, match="ray.address='headnode': give HOST:PORT"):
+        _config(tmp_path, ray={"address": "headnode"})
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert _config(tmp_path, ray={"address": f"ray://127.0.0.1:{port}"}).ray.address.endswith(
+            str(port))
+
+
 def test_bundles_and_actor_devices_follow_the_searcher_device_rule(tmp_path):
     cfg = _config(tmp_path, **{"async": {"num_searchers": 3}})
     assert _bundles(cfg) == [{"CPU": 1.0}] * 3

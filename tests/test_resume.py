@@ -226,3 +226,68 @@ def test_an_error_keeps_a_resumable_checkpoint_and_a_failed_start_keeps_the_old_
     assert trainer.train(cfg, progress=False, resume=True)["trainer_steps"] == 6
     summary = json.loads((run / "summary.json").read_text())
     assert "error" not in summary and summary["resumes"] == 1
+
+
+def test_stopped_in_its_first_evaluation_then_resumed_then_a_finished_run_is_left_alone(
+        tmp_path, monkeypatch):
+    """Ctrl-C during the "before" evaluation saves step 0; the resume evaluates the starting
+    policy then (``accuracy_before`` is not lost) and trains to the budget. Resuming that
+    finished run again, with no budget left, is refused before anything is written, with the
+    flag that extends the budget; and ``--output-dir`` elsewhere than ``--resume`` is refused."""
+    import tba_lab.trainer as trainer
+
+    path, run = _write_config(tmp_path, steps=6)
+    cfg = from_dict(yaml.safe_load(path.read_text()))
+    real = trainer.evaluate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "evaluate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(cfg, progress=False)
+    assert load_checkpoint(run)["step"] == 0
+    assert json.loads((run / "summary.json").read_text())["accuracy_before"] is None
+
+    monkeypatch.setattr(trainer, "evaluate", real)
+    summary = trainer.train(cfg, progress=False, resume=True)
+    assert summary["trainer_steps"] == 6 and summary["resumes"] == 1
+    assert summary["accuracy_before"] is not None and summary["eval_seconds_before"] >= 0
+    assert [e["step"] for e in _jsonl(run / "eval.jsonl")] == [0, 6]
+
+    files = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    with pytest.raises(ConfigError, match=r"finished its budget \(training.max_steps=6 and it "
+                                          r"made 6 updates: give --max-steps above 6\)"):
+        trainer.train(cfg, progress=False, resume=True)
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == files
+
+    r = _tba_lab("train", "--resume", str(run), "--max-minutes", "0.001")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "max_minutes=0.001 and it trained" in r.stderr and "give --max-minutes above" in r.stderr
+    r = _tba_lab("train", "--resume", str(run), "--output-dir", str(tmp_path / "elsewhere"))
+    assert r.returncode == 2 and "without --output-dir" in r.stderr
+    assert not (tmp_path / "elsewhere").exists()
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == files
+
+
+def test_budget_left_counts_steps_and_seconds_and_lets_an_unfinished_run_end(tmp_path):
+    """``check_budget_left`` on hand-made checkpoints: budget left, or a run that used its
+    budget but never ran its final evaluation (stopped during it), resumes; a finished one
+    does not."""
+    from tba_lab.checkpoint import check_budget_left
+
+    cfg = from_dict({"output_dir": str(tmp_path), "max_minutes": 2.0,
+                     "training": {"max_steps": 10}})
+    state = lambda step, seconds: {"step": step, "log": {"elapsed_saved": seconds}}  # noqa: E731
+    (tmp_path / "summary.json").write_text(json.dumps({"eval_seconds_after": 1.0}))
+    check_budget_left(state(9, 119.0), cfg)  # both budgets have room
+    with pytest.raises(ConfigError, match="max_minutes=2 and it trained 120 s: give "
+                                          "--max-minutes above 2.00"):
+        check_budget_left(state(9, 120.0), cfg)
+    with pytest.raises(ConfigError, match="made 10 updates: give --max-steps above 10; and max_minutes=2"):
+        check_budget_left(state(10, 130.0), cfg)
+    (tmp_path / "summary.json").write_text(json.dumps({"interrupted": True}))
+    check_budget_left(state(10, 130.0), cfg)  # no final evaluation yet: the resume runs it
+    cfg.training.max_steps = 0  # 0 = time only
+    (tmp_path / "summary.json").unlink()
+    check_budget_left(state(10_000, 119.0), cfg)

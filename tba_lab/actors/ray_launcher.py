@@ -264,6 +264,42 @@ def start_local_ray(num_cpus: int):
     return ray
 
 
+def cluster_address(option: str) -> tuple[str, str]:
+    """The Ray address the launcher will connect to and where it came from:
+    ``("ray.address", option)`` when set, else ``("RAY_ADDRESS", $RAY_ADDRESS)``; ``""`` = a
+    local Ray is started."""
+    if option:
+        return "ray.address", option
+    return "RAY_ADDRESS", os.environ.get("RAY_ADDRESS", "")
+
+
+def check_reachable(address: str, field: str, timeout: float = 5.0) -> None:
+    """Open (and close) a TCP connection to a Ray cluster's ``HOST:PORT`` (``ray://`` allowed),
+    so that a wrong address stops the run before anything starts rather than after Ray's own
+    retries (about 30 s of log lines, then a traceback).
+
+    Args:
+        address: ``HOST:PORT`` or ``ray://HOST:PORT``.
+        field: the setting it came from, named in the error (``ray.address`` or ``RAY_ADDRESS``).
+        timeout: seconds to wait for the connection.
+    Raises:
+        ConfigError: the address has no port, or nothing accepts connections there.
+    """
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"{field}={address!r}: give HOST:PORT of the Ray head (e.g. "
+                          f"10.0.0.1:6379, printed by `ray start --head`), or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError(f"{field}={address!r}: no Ray head answers there ({e}); start one "
+                          f"with `ray start --head --port {port}` on that machine, fix the "
+                          f"address, or leave ray.address empty (and RAY_ADDRESS unset) for a "
+                          f"local Ray") from None
+
+
 @LAUNCHERS.register
 class RayLauncher:
     """Searchers as Ray actors, placed with a placement group.
@@ -279,12 +315,17 @@ class RayLauncher:
     @classmethod
     def check_config(cls, cfg) -> None:
         """Ray importable (else :class:`~tba_lab.config.ConfigError` naming ``async.launcher``
-        and the fix). ``mode: sync`` works (one searcher, strict alternation by versions)."""
+        and the fix), and a cluster address (``ray.address`` or ``RAY_ADDRESS``, not ``auto``)
+        that accepts connections (:func:`check_reachable`). ``mode: sync`` works (one searcher,
+        strict alternation by versions)."""
         try:
             import ray  # noqa: F401
         except ImportError as e:
             raise ConfigError(f"async.launcher=ray needs Ray, which is not installed here "
                               f"({e}); {_INSTALL_FIX}") from None
+        field, address = cluster_address(cfg.ray.address)
+        if address and address != "auto":
+            check_reachable(address, field)
 
     def __init__(self, cfg, model, use_reference: bool = True):
         self.cfg, self.options = cfg, cfg.ray
@@ -303,9 +344,14 @@ class RayLauncher:
         import ray
 
         if not ray.is_initialized():
-            address = self.options.address or os.environ.get("RAY_ADDRESS", "")
+            field, address = cluster_address(self.options.address)
             if address:
-                ray.init(address=address)
+                try:
+                    ray.init(address=address)
+                except ConnectionError as e:  # e.g. "auto" with no `ray start` on this machine
+                    raise ConfigError(f"{field}={address!r}: {' '.join(str(e).split())}; start "
+                                      f"the cluster (`ray start --head`) or fix the address"
+                                      ) from None
             else:
                 need = math.ceil(self.cfg.async_.num_searchers * self.options.num_cpus_per_searcher)
                 start_local_ray(self.options.num_cpus or max(os.cpu_count() or 1, need))

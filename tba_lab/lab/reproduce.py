@@ -46,7 +46,12 @@ def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, se
     Raises:
         ImportError: papermill is not installed (``pip install -e ".[course]"``).
         FileNotFoundError: no notebooks found.
+        ValueError: ``seed`` outside 0 .. ``tba_lab.config.SEED_MAX``.
     """
+    from tba_lab.config import SEED_MAX
+
+    if not 0 <= int(seed) <= SEED_MAX:
+        raise ValueError(f"--seed {seed}: give a seed from 0 to {SEED_MAX}")
     try:
         import papermill as pm
     except ImportError as e:  # pragma: no cover - depends on the environment
@@ -114,7 +119,7 @@ def main(args) -> int:
     try:
         results = reproduce(args.output_dir, smoke=args.smoke, seed=args.seed, only=args.only,
                             notebook_dir=Path(args.notebook_dir) if args.notebook_dir else NOTEBOOK_DIR)
-    except (ImportError, FileNotFoundError) as e:
+    except (ImportError, FileNotFoundError, ValueError) as e:
         print(f"tba-lab reproduce: {e}", file=sys.stderr)
         return 2
     print(f"report: {Path(args.output_dir) / 'report.md'}")

@@ -69,10 +69,12 @@ class Task:
         returns a summary dict (also saved as ``output_dir/sft_summary.json``).
 
         Raises:
-            NotImplementedError: the task ships no embedded model (use ``--model``).
+            NotImplementedError: the task ships no embedded model (train it from a model of
+                your own: ``tba-lab train --task NAME --model PATH``).
         """
-        raise NotImplementedError(f"task {cls.name!r} has no embedded model to build; give a "
-                                  f"model with --model (model.path)")
+        raise NotImplementedError(f"task {cls.name!r} has no embedded model to build; train on it "
+                                  f"from a model of your own with `tba-lab train --task {cls.name} "
+                                  f"--model PATH` (model.path: a Hugging Face model folder)")
 
     def load(self, split: str) -> list:
         """Problems of ``split`` ("train" or "test"), any picklable objects."""

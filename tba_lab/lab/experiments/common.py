@@ -211,6 +211,10 @@ def check_seeds(seeds) -> list[int]:
                               "(three or more for a spread)")
     if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
         raise ExperimentError(f"--seeds {seeds}: seeds must be integers")
+    from tba_lab.config import SEED_MAX
+
+    if any(not 0 <= s <= SEED_MAX for s in seeds):
+        raise ExperimentError(f"--seeds {seeds}: each seed must be from 0 to {SEED_MAX}")
     if len(set(seeds)) != len(seeds):
         raise ExperimentError(f"--seeds {seeds}: a seed is repeated; give each seed once")
     return seeds
