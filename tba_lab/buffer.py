@@ -53,7 +53,11 @@ Choices and simplifications (say so if you change them):
     K - n rows are drawn WITH replacement (softmax(inv_temp * reward) in reward mode, uniform in
     recency mode). This is the only case where a stored item appears twice in a group
     (without de-duplication, rare: only when rows were dropped for a non-finite reward).
-  * ``inv_temp`` multiplies the RAW reward (the buffer never sees beta).
+  * ``inv_temp`` multiplies the RAW reward (the buffer never sees beta). It can change a group
+    only for a prompt holding more than K items: K drawn without replacement from exactly K are
+    all of them. In this kit's runs each prompt is generated about once (the default 9-minute
+    run ended with all 256 stored prompts at exactly K = 8), so it acts only on tasks with few
+    prompts or runs long enough to revisit prompts still in the buffer.
   * The "initial fill before training" is the caller's job: ``sample`` on an empty buffer
     raises ``ValueError``; the trainer waits until enough prompts are stored.
   * ``sample`` returns the stored ``Rollout`` objects themselves, not copies: do not mutate them.

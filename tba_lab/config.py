@@ -69,7 +69,7 @@ class TrainingConfig:
 class BufferConfig:
     capacity_per_prompt: int = 32       # newest rollouts kept per prompt
     recency_prob: float = 1.0           # m: probability of drawing from prompts refreshed since the last sync
-    inv_temp: float = 0.0               # reward prioritisation softmax(inv_temp * r); 0 = uniform
+    inv_temp: float = 0.0               # reward prioritisation softmax(inv_temp * r); 0 = uniform; acts only on prompts holding > K rollouts
     max_prompts: int = 256              # prompts remembered (least recently refreshed evicted); 0 = unbounded
     initial_fill: int = 256             # rollouts in the buffer before the first update (async)
     max_replay_ratio: float = 1.0       # async: the trainer waits rather than train on more than this many rows per row generated (0 = no bound; docs/first_minute.md)

@@ -197,6 +197,32 @@ def test_buffer_reading_follows_the_numbers():
     a["cells"][1]["accuracy_after"] = spread([0.4116666666666667])
     text = " ".join(buffer_sampling.readings(a))
     assert "leaves accuracy unchanged (41.2% -> 41.2%, within noise)" in text
+    assert "can act only on prompts" not in text  # results written before the share was measured
+    a["cells"][3]["share_over_k"] = spread([0.0, 0.0])
+    text = " ".join(buffer_sampling.readings(a))
+    assert ("at the end of the inv_temp 1 runs 0.0% of the stored prompts did, so inv_temp 1 and "
+            "0 drew the same groups and this comparison cannot show its effect") in text
+    a["cells"][3]["share_over_k"] = spread([0.3, 0.5])
+    text = " ".join(buffer_sampling.readings(a))
+    assert "runs 40.0% of the stored prompts did." in text and "cannot show" not in text
+
+
+def test_share_over_k_counts_prompts_with_more_than_k_rollouts(tmp_path):
+    """Reward prioritisation needs a prompt holding more than K rollouts; the measure counts
+    them in a saved buffer (here 1 of 3 prompts holds 6 > K = 4)."""
+    from tba_lab.buffer import ReplayBuffer, Rollout
+
+    buffer = ReplayBuffer(capacity_per_prompt=8, recency_prob=0.0, inv_temp=1.0, seed=0)
+    buffer.add([Rollout(prompt_id=p, prompt_ids=[1], response_ids=[2, i], reward=float(i),
+                        ref_token_logps=[0.0, 0.0], behaviour_token_logps=[0.0, 0.0], version=0)
+                for p, n in ((0, 4), (1, 6), (2, 4)) for i in range(n)])
+    buffer.save(tmp_path / "buffer.pt")
+    assert buffer_sampling.share_over_k(tmp_path / "buffer.pt", 4) == pytest.approx(1 / 3)
+    assert buffer_sampling.share_over_k(tmp_path / "missing.pt", 4) is None
+    # and the reason it matters: with exactly K items, K drawn without replacement are all of
+    # them at any inv_temp
+    groups = {pid: sorted(r.response_ids[1] for r in buffer._by_reward(pid, 4)) for pid in (0, 2)}
+    assert groups == {0: [0, 1, 2, 3], 2: [0, 1, 2, 3]}
 
 
 def test_scaling_reading_follows_the_numbers():

@@ -137,3 +137,33 @@ def test_timeline_counts_the_trainers_reference_pass_as_busy(tmp_path):
     assert flat(tl["trainer"]["wait"]) == pytest.approx([0.0, 0.7, 1.0, 1.5])
     assert busy_fraction(tl["trainer"]["update"], (0.0, 2.0)) == pytest.approx(0.4)
     assert run_measurements(tmp_path)["update_seconds"] == pytest.approx(0.4)  # median of 0.3, 0.5
+
+
+def test_simulate_run_takes_the_runs_buffer_settings_else_the_kits_defaults(monkeypatch):
+    """The run's recency m (and the other buffer settings) reach the simulator; a row without
+    them gets the kit's defaults (recency m 1.0 since f65d18f), not the simulator's own 0.8."""
+    import tba_lab.lab.simulate as sim
+    from tba_lab.config import AsyncConfig, BufferConfig
+
+    seen = {}
+    monkeypatch.setattr(sim, "simulate", lambda *a, **kw: seen.update(kw))
+    row = {"gen_seconds": 1.0, "score_seconds": 0.0, "update_seconds": 0.2}
+    sim.simulate_run(row)
+    buf = BufferConfig()
+    assert (seen["recency_prob"], seen["inv_temp"], seen["max_prompts"], seen["capacity_per_prompt"],
+            seen["max_replay_ratio"], seen["queue_size"]) == (
+        buf.recency_prob, buf.inv_temp, buf.max_prompts, buf.capacity_per_prompt,
+        buf.max_replay_ratio, AsyncConfig().queue_size)
+    sim.simulate_run({**row, "recency_prob": 0.5, "capacity_per_prompt": 16})
+    assert seen["recency_prob"] == 0.5 and seen["capacity_per_prompt"] == 16
+
+
+def test_overhead_is_the_median_wait_or_with_a_replay_bound_the_smallest():
+    """A replay-bound run's waits include waiting for data (which the simulator models), so
+    only the smallest wait counts as per-update overhead; sync runs have none."""
+    from tba_lab.lab.simulate import _overhead
+
+    rows = [{"wait_seconds": w} for w in (9.0, 0.05, 0.06, 0.002, 0.07)]  # first: initial fill
+    assert _overhead(rows, "async", 1.0) == 0.002
+    assert _overhead(rows, "async", 0.0) == pytest.approx(0.055)
+    assert _overhead(rows, "sync", 1.0) == 0.0 and _overhead(rows[:1], "async", 1.0) == 0.0

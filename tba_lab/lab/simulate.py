@@ -392,6 +392,22 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
 
 
 
+def _overhead(metrics: list[dict], mode: str, max_replay_ratio: float) -> float:
+    """Per-update trainer time outside ``update_seconds``, from ``metrics.jsonl``'s
+    ``wait_seconds`` (updates after the first, which waits for the initial fill).
+
+    Sync runs: 0 (their wait is the searcher's batch, which the simulator models). Async runs
+    without a replay bound: the median wait. With a bound (``buffer.max_replay_ratio`` > 0) a
+    wait also holds time spent waiting for data, which the simulator models itself; counting it
+    again per update predicted 2 searchers 35% low in notebook 10 (SMOKE, 2026-12-02, 2 cores:
+    median wait 55 ms with 1 searcher, 1 ms with 2). The smallest wait bounds the overhead every update pays, so it is used.
+    """
+    waits = [m["wait_seconds"] for m in metrics[1:]]
+    if mode != "async" or not waits:
+        return 0.0
+    return float(min(waits)) if max_replay_ratio > 0 else float(np.median(waits))
+
+
 def run_timings(run_dir: str | Path) -> dict:
     """The simulator's inputs and the measured outcome of one ``train()`` run directory.
 
@@ -408,7 +424,8 @@ def run_timings(run_dir: str | Path) -> dict:
         ``updates_in_budget`` and ``budget_updates_per_minute`` (updates that ended within
         the budget, per minute of it), ``max_steps``,
         ``steady_updates_per_minute`` (between the first and the last logged update),
-        ``overhead_seconds`` (median trainer loop time between updates, async only, else 0),
+        ``overhead_seconds`` (trainer loop time between updates, async only, else 0: the
+        median wait, or with a replay bound the smallest, :func:`_overhead`),
         ``searcher_start_seconds`` (first batch's start, seconds since training began),
         ``samples_per_minute``, ``queue_size``, ``initial_fill``, ``num_prompts``,
         ``num_generations``, ``unique_fraction`` (distinct responses per group, mean).
@@ -449,12 +466,14 @@ def run_timings(run_dir: str | Path) -> dict:
         "wall_seconds": wall, "steady_updates_per_minute": steady,
         "budget_seconds": budget, "updates_in_budget": in_budget,
         "budget_updates_per_minute": 60.0 * in_budget / budget,
-        "overhead_seconds": med([m["wait_seconds"] for m in metrics[1:]]) if a["mode"] == "async" else 0.0,
+        "overhead_seconds": _overhead(metrics, a["mode"], float(cfg["buffer"].get("max_replay_ratio", 0.0))),
         "searcher_start_seconds": min((b["t_start"] for b in batches), default=0.0),
         "samples_per_minute": 60.0 * summary["samples_generated"] / wall,
         "trainer_steps": summary["trainer_steps"], "batches": len(batches),
         "queue_size": a["queue_size"], "initial_fill": cfg["buffer"]["initial_fill"],
         "max_replay_ratio": float(cfg["buffer"].get("max_replay_ratio", 0.0)),
+        **{k: cfg["buffer"][k] for k in ("recency_prob", "inv_temp", "max_prompts",
+                                          "capacity_per_prompt") if k in cfg["buffer"]},
         "num_prompts": cfg["training"]["num_prompts_per_step"],
         "num_generations": cfg["training"]["num_generations"], "unique_fraction": buf,
         "max_steps": max_steps,
@@ -548,14 +567,20 @@ def simulate_run(measured: dict, timings: dict | None = None, cores: int | None 
     run can be predicted from ANOTHER run's timings (e.g. 2 searchers from a 1-searcher run);
     missing optional keys fall back to the kit's defaults. ``overrides`` go to :func:`simulate`.
     """
-    src = timings or measured
+    from tba_lab.config import AsyncConfig, BufferConfig
+
+    src, buf, asy = timings or measured, BufferConfig(), AsyncConfig()
     kw = dict(
         num_searchers=int(measured.get("num_searchers", 1)),
         sync_period=int(measured.get("sync_period", 1)),
         mode=measured.get("mode", "async"),
-        queue_size=int(measured.get("queue_size", 2)),
-        initial_fill=int(measured.get("initial_fill", 256)),
-        max_replay_ratio=float(measured.get("max_replay_ratio", 0.0)),
+        queue_size=int(measured.get("queue_size", asy.queue_size)),
+        initial_fill=int(measured.get("initial_fill", buf.initial_fill)),
+        max_replay_ratio=float(measured.get("max_replay_ratio", buf.max_replay_ratio)),
+        recency_prob=float(measured.get("recency_prob", buf.recency_prob)),
+        inv_temp=float(measured.get("inv_temp", buf.inv_temp)),
+        max_prompts=int(measured.get("max_prompts", buf.max_prompts)),
+        capacity_per_prompt=int(measured.get("capacity_per_prompt", buf.capacity_per_prompt)),
         num_prompts=int(measured.get("num_prompts") or measured.get("batch_prompts") or 16),
         num_generations=int(measured.get("num_generations") or measured.get("group_size") or 8),
         unique_fraction=float(measured.get("unique_fraction", 1.0)),

@@ -75,7 +75,22 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
         div = sample_diversity(task, backend, held_out[:s["diversity_prompts"]],
                                s["diversity_k"], cfg.model.max_new_tokens, cfg.model.temperature)
     return {"recency_prob": cfg.buffer.recency_prob, "inv_temp": cfg.buffer.inv_temp,
+            "share_over_k": share_over_k(run_dir / "buffer.pt", cfg.training.num_generations),
             **basic_numbers(summary, s), **{f"div_{k}": v for k, v in div.items()}}
+
+
+def share_over_k(buffer_path: Path, k: int) -> float | None:
+    """Share of the prompts in a run's final ``buffer.pt`` that hold more than ``k`` rollouts:
+    the only prompts where reward prioritisation can act, since a reward-mode slot draws K of
+    one prompt's items without replacement (:mod:`tba_lab.buffer`); a prompt holding exactly K
+    gives the same group at any inv_temp. ``None`` when the file is missing."""
+    from tba_lab.buffer import ReplayBuffer
+
+    if not buffer_path.exists():
+        return None
+    buffer = ReplayBuffer.load(buffer_path)
+    ids = buffer.prompt_ids()
+    return sum(len(buffer.items(i)) > k for i in ids) / max(1, len(ids))
 
 
 def analyse(runs: list[dict], s: dict) -> dict:
@@ -84,7 +99,8 @@ def analyse(runs: list[dict], s: dict) -> dict:
     for m, it in grid:
         rows = [r for r in runs if r["recency_prob"] == m and r["inv_temp"] == it]
         cells.append({"m": m, "inv_temp": it, **{k: spread([r[k] for r in rows]) for k in (
-            "accuracy_after", "gain", "div_distinct_correct", "div_pass_at_k", "staleness_mean")}})
+            "accuracy_after", "gain", "div_distinct_correct", "div_pass_at_k", "staleness_mean")},
+            "share_over_k": spread([r.get("share_over_k") for r in rows])})
     return {"cells": cells, "eval_size": s["eval_size"], "k": s["diversity_k"],
             "prompts": s["diversity_prompts"],
             "accuracy_before": spread([r["accuracy_before"] for r in runs])}
@@ -131,6 +147,15 @@ def readings(a: dict) -> list[str]:
                          f"{'ranges separated' if sep else 'within noise'})")
         out.append(f"At m = {c1['m']:g}, reward prioritisation (inv_temp 1 instead of 0) "
                    + " and ".join(parts) + ".")
+        if c1.get("share_over_k") and c1["share_over_k"]["n"]:
+            share = 100 * c1["share_over_k"]["mean"]
+            out.append(f"Reward prioritisation can act only on prompts holding more than K "
+                       f"rollouts (a reward-mode slot draws K of one prompt's items without "
+                       f"replacement); at the end of the inv_temp 1 runs {share:.1f}% of the "
+                       f"stored prompts did"
+                       + (f", so inv_temp 1 and 0 drew {'the' if share == 0 else 'almost the'} "
+                          f"same groups and this comparison cannot show its effect (each prompt "
+                          f"was generated about once in these runs)." if share < 10 else "."))
     return out
 
 
