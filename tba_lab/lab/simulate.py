@@ -400,7 +400,8 @@ def _overhead(metrics: list[dict], mode: str, max_replay_ratio: float) -> float:
     without a replay bound: the median wait. With a bound (``buffer.max_replay_ratio`` > 0) a
     wait also holds time spent waiting for data, which the simulator models itself; counting it
     again per update predicted 2 searchers 35% low in notebook 10 (SMOKE, 2026-12-02, 2 cores:
-    median wait 55 ms with 1 searcher, 1 ms with 2). The smallest wait bounds the overhead every update pays, so it is used.
+    median wait 55 ms with 1 searcher, 1 ms with 2). The smallest wait bounds the overhead
+    every update pays, so it is used.
     """
     waits = [m["wait_seconds"] for m in metrics[1:]]
     if mode != "async" or not waits:
