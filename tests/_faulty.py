@@ -5,7 +5,9 @@ the ``fault`` options section says. Spawned searchers import this module by name
 class travels by reference), so it lives in the ``tests`` package, not in a test file.
 
 Kinds (``fault.kind``): ``raise`` (an exception), ``exit`` (the process kills itself with
-SIGKILL), ``hang`` (sleeps for an hour), ``nan`` (rewards 0 and 1 of each batch are +inf and
+SIGKILL), ``exit_in_pull`` (the process kills itself with SIGKILL at its next weight
+pull, inside the copy the channel makes under its lock; a ``pulled-<pid>`` marker says so),
+``hang`` (sleeps for an hour), ``nan`` (rewards 0 and 1 of each batch are +inf and
 NaN), ``nan_all`` (every reward NaN), ``zero`` (every reward is 0). ``fault.times`` limits how many searcher processes fail (counted
 with marker files in ``fault.marker_dir``; 0 = every time), ``fault.searcher`` picks the
 searcher id that fails (-1 = any), ``fault.after`` lets that many reward calls pass first.
@@ -93,6 +95,9 @@ class FaultyTask(ArithmeticTask):
         if not self._armed():
             return rewards
         kind = self.fault.kind
+        if kind == "exit_in_pull":
+            _die_at_next_pull(self.fault.marker_dir)
+            return rewards
         if kind == "raise":
             raise FaultInjected("injected reward failure")
         if kind == "exit":
@@ -104,3 +109,16 @@ class FaultyTask(ArithmeticTask):
         if kind == "nan":  # the first prompt's first two rows
             return [math.inf, math.nan] + list(rewards[2:])
         raise ValueError(f"fault.kind={kind!r}")
+
+
+def _die_at_next_pull(marker_dir: str) -> None:
+    """Replace, in this process only, the copy both weight channels make under their lock by a
+    SIGKILL (what the OOM killer does to a process allocating that copy)."""
+    from tba_lab.actors.weights import FlatWeights, SharedWeights
+
+    def copy_out(self, *args):
+        if marker_dir:
+            (Path(marker_dir) / f"pulled-{os.getpid()}").touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    SharedWeights._copy_out = FlatWeights._copy_out = copy_out

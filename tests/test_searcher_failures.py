@@ -7,6 +7,7 @@ otherwise stops with a ``SearcherError`` holding the last traceback. Faults come
 ``faulty_test`` task in ``tests/_faulty.py``.
 """
 import json
+import threading
 import time
 
 import pytest
@@ -58,6 +59,29 @@ def test_failed_searcher_is_restarted_and_the_run_completes(tmp_path, kind, reas
     assert account in failure["error"]
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert saved["searcher_failures"] == summary["searcher_failures"]
+
+
+def test_a_searcher_killed_while_it_copies_the_weights_does_not_block_the_run(tmp_path):
+    """SIGKILL inside a pull, while the searcher holds the weight channel's lock (its copy
+    allocates a model-sized tensor: where the OOM killer strikes). With multiprocessing's Lock
+    the dead process kept it, and the trainer's next publish and the restarted searcher's pull
+    waited forever; the kernel releases the channel's FileLock with the process."""
+    from tba_lab.trainer import train
+
+    cfg = _config(tmp_path, {"kind": "exit_in_pull", "times": 1})
+    result: dict = {}
+    run = threading.Thread(target=lambda: result.update(summary=train(cfg, progress=False)),
+                           daemon=True)
+    run.start()
+    run.join(timeout=300)
+    assert not run.is_alive(), "the run hung after a searcher died holding the weight lock"
+    _assert_no_children()
+    [pulled] = (tmp_path / "markers").glob("pulled-*")  # it died in the copy, lock held
+    summary = result["summary"]
+    assert summary["trainer_steps"] == 6
+    [failure] = summary["searcher_failures"]
+    assert failure["reason"] == "exited" and failure["action"].startswith("restarted (1 of")
+    assert "killed by SIGKILL" in failure["error"]
 
 
 def test_hung_searcher_is_detected_after_the_timeout_and_replaced(tmp_path):

@@ -20,8 +20,9 @@ Real runs with real searcher processes on the embedded model, each stopped a dif
   every process on the machine whose environment carries this test's unique tag (children
   inherit it, so this finds orphans re-parented to init), must be gone within a few seconds,
   except the surviving kernel itself and its multiprocessing resource tracker;
-* shared memory: the /dev/shm entries the run's processes mapped (named semaphores of the
-  multiprocessing queues, events and locks) must be gone, and no entry created since the test
+* shared memory and files: the /dev/shm entries the run's processes mapped (named semaphores
+  of the multiprocessing queues) and the weight channel's lock file (``tba-lab-lock-<pid>-*``
+  in the temporary directory) must be gone, and no entry created since the test
   began may remain that no live process holds (a leak); a process that survives its runs (the
   kernel; the repeated-runs process) must hold none of their shared memory (the published
   weights, named semaphores) nor gain fds or threads from run to run;
@@ -42,6 +43,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -243,21 +245,29 @@ def _leftovers(watch: RunWatch, tag: str, keep: set[int]) -> dict:
     held = _inodes_held_by_anyone() if new else set()
     unheld = {name for name, inode in new.items() if inode not in held}
     return {"processes": sorted(procs), "shm_of_run": sorted(shm_of_run),
-            "shm_new_unheld": sorted(unheld)}
+            "shm_new_unheld": sorted(unheld), "lock_files": _lock_files(watch)}
+
+
+def _lock_files(watch: RunWatch) -> list[str]:
+    """The weight channels' lock files (tba_lab.actors.locks.FileLock) that processes of the
+    run created and that still exist."""
+    pids = {pid for pid, _ in watch.seen}
+    return sorted(str(p) for p in Path(tempfile.gettempdir()).glob("tba-lab-lock-*")
+                  if p.name.split("-")[3].isdigit() and int(p.name.split("-")[3]) in pids)
 
 
 def assert_nothing_left(watch: RunWatch, tag: str, keep=(), within: float = GONE_WITHIN,
                         also_keep=None, shm: bool = True) -> None:
     """Within ``within`` seconds: no process of the run alive but ``keep`` (and what
     ``also_keep()`` returns, e.g. a live kernel's resource tracker), none of the run's /dev/shm
-    entries left, no new /dev/shm entry that no live process holds (``shm=False``: processes
-    only)."""
+    entries or lock files left, no new /dev/shm entry that no live process holds (``shm=False``:
+    processes only)."""
     deadline = time.time() + within
     while True:
         k = set(keep) | set(also_keep() if also_keep else ())
         left = _leftovers(watch, tag, k)
         if not shm:
-            left["shm_of_run"] = left["shm_new_unheld"] = []
+            left["shm_of_run"] = left["shm_new_unheld"] = left["lock_files"] = []
         if not any(left.values()) or time.time() > deadline:
             break
         time.sleep(0.25)
@@ -266,6 +276,8 @@ def assert_nothing_left(watch: RunWatch, tag: str, keep=(), within: float = GONE
         msg.append("processes left:\n  " + "\n  ".join(map(_describe, left["processes"])))
     if left["shm_of_run"]:
         msg.append(f"/dev/shm entries of the run left: {left['shm_of_run']}")
+    if left["lock_files"]:
+        msg.append(f"weight-channel lock files of the run left: {left['lock_files']}")
     if left["shm_new_unheld"]:
         msg.append(f"/dev/shm entries leaked (created during the test, held by no process): "
                    f"{left['shm_new_unheld']}")
@@ -731,12 +743,15 @@ def test_jupyter_restart_kernel(tmp_path, mode, now):
         if now:
             # Known limit (README): SIGKILL of the kernel's whole process group also kills
             # multiprocessing's resource tracker, so the launcher's named semaphores (a few
-            # bytes each, "sem.mp-*") stay in /dev/shm. Nothing else may be left; clean them up.
+            # bytes each, "sem.mp-*") stay in /dev/shm, and the weight channel's empty lock
+            # file in the temporary directory. Nothing else may be left; clean them up.
             left = _leftovers(watch, tag, keep())
             leaked = sorted(set(left["shm_of_run"]) | set(left["shm_new_unheld"]))
             assert all(n.startswith("sem.mp-") for n in leaked), leaked
             for n in leaked:
                 Path("/dev/shm", n).unlink(missing_ok=True)
+            for f in left["lock_files"]:
+                Path(f).unlink(missing_ok=True)
         else:
             assert_no_leak_warning(kernel.output())
             if mode == "blocking":  # the interrupt came first: the run saved what it had

@@ -8,6 +8,8 @@
   :class:`SharedWeights` (one flat CPU shared-memory tensor, a name manifest and a version
   counter) and :class:`FlatWeights` (one flat buffer exported once, through CUDA IPC when the
   trainer and the searchers are on GPUs), chosen by :func:`make_weight_channel`.
+* :mod:`tba_lab.actors.locks` -- the channel's lock (:class:`FileLock`, ``flock``) and the stop
+  flag (:class:`StopFlag`): nothing a killed process can leave held.
 * :mod:`tba_lab.actors.searcher` -- the searcher loop (:func:`searcher_main`).
 * :mod:`tba_lab.actors.local` -- :class:`LocalLauncher` (``async.launcher: local``), searchers
   as ``torch.multiprocessing`` processes on one machine.

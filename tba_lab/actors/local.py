@@ -25,9 +25,11 @@ thrown away with it. For the same reason the trainer closes its own copy of each
 end (the private ``_writer`` of ``multiprocessing.Queue``; the trainer never puts): reading a
 half message from a dead writer then raises ``EOFError`` instead of waiting forever.
 
-``stop()`` sets the stop event, drains the queues while the children finish (a child blocked on
+``stop()`` sets the stop flag, drains the queues while the children finish (a child blocked on
 a full queue must never hang shutdown), then terminates and finally kills stragglers: no process
-is left behind. It is also registered with ``atexit``; searchers also exit on their own when
+is left behind. The stop flag is a :class:`~tba_lab.actors.locks.StopFlag` (one shared byte),
+not a ``multiprocessing.Event``: a searcher killed while it reads an Event holds the Event's
+lock for good, and the trainer's next ``poll`` or ``stop`` would wait on it forever. It is also registered with ``atexit``; searchers also exit on their own when
 the trainer process disappears (they check their parent every batch).
 """
 from __future__ import annotations
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 import torch.multiprocessing as mp
 
 from tba_lab.actors.launcher import SearcherFailed
+from tba_lab.actors.locks import StopFlag
 from tba_lab.actors.searcher import SearcherSpec, searcher_main
 from tba_lab.actors.weights import FlatWeights, make_weight_channel, normal_device
 from tba_lab.registry import LAUNCHERS
@@ -132,7 +135,7 @@ class LocalLauncher:
         self.weights = make_weight_channel(cfg, model, self.ctx)
         self.spec.visible_devices = visible_devices_for(
             cfg, isinstance(self.weights, FlatWeights), os.environ.get("CUDA_VISIBLE_DEVICES"))
-        self.stop_event = self.ctx.Event()
+        self.stop_event = StopFlag(self.ctx)
         self.searchers: dict[int, _Searcher] = {}
         self.starts: dict[int, int] = {}  # processes started per searcher id (seeds restarts)
 

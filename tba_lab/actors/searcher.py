@@ -202,7 +202,8 @@ def searcher_main(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop
             ``pull(have_version) -> (version, [(name, tensor)] or None)``.
         out_queue: ``multiprocessing`` queue of :class:`~tba_lab.rollout.RolloutBatch` and
             :class:`~tba_lab.actors.launcher.SearcherFailed` messages.
-        stop: ``multiprocessing`` Event; set by the trainer to end the loop.
+        stop: anything with ``is_set()`` (the launcher's :class:`~tba_lab.actors.locks.StopFlag`);
+            set by the trainer to end the loop.
         seed: seed for prompts and sampling.
     """
     from tba_lab.actors.launcher import SearcherFailed
@@ -216,6 +217,7 @@ def searcher_main(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop
         raise SystemExit(1)
     finally:
         out_queue.cancel_join_thread()  # never block exit on undelivered messages
+        weights.close()  # its lock's file: removed here when the trainer died first
 
 
 def _flush(q, seconds: float) -> None:

@@ -2,7 +2,11 @@
 
 Two channels with one contract, ``publish(model, version)`` on the trainer side and
 ``pull(have_version) -> (version, [(name, tensor)] or None)`` on the searcher side, plus a
-version counter and a lock shared through a ``torch.multiprocessing`` spawn context:
+version counter shared through a ``torch.multiprocessing`` spawn context and a readers-writer
+lock (:class:`~tba_lab.actors.locks.FileLock`): ``publish`` holds it alone, ``pull`` shared
+(searchers copy at the same time), and the kernel releases it when its holder's process ends,
+so a searcher killed in the middle of its copy (SIGKILL, the OOM killer) never blocks the
+trainer's next ``publish`` (``multiprocessing.Lock`` would stay held for good):
 
 * :class:`SharedWeights` (CPU, the default): all parameters in ONE flat float tensor in shared
   memory (``Tensor.share_memory_()``). Publishing is a memcpy under the lock; a searcher pulls
@@ -21,9 +25,9 @@ version counter and a lock shared through a ``torch.multiprocessing`` spawn cont
   position of the same UUID among its own visible devices (:func:`local_index`).
   ``publish`` = ``torch._foreach_copy_`` of the parameters into the buffer's views,
   ``torch.cuda.synchronize``, then the version bump, all under the lock; ``pull`` = one copy of
-  the whole buffer to the searcher's device and a ``synchronize`` before the lock is released. On a CPU device the same class runs on shared
-  memory, which is how the tests exercise its layout, version protocol and pickling without a
-  GPU.
+  the whole buffer to the searcher's device and a ``synchronize`` before the lock is released.
+  On a CPU device the same class runs on shared memory, which is how the tests exercise its
+  layout, version protocol and pickling without a GPU.
 
 Both channels hand out ``(Hugging Face name, tensor)`` views of a private copy, for the
 backend's ``load_weights`` (an engine with its own copy of the model, vLLM, receives the same
@@ -57,6 +61,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils import parameters_to_vector
 
+from tba_lab.actors.locks import FileLock
+
 ALIGN = 256  # bytes; every parameter's view starts at a multiple of this (enough for any dtype and vector loads)
 
 
@@ -65,7 +71,7 @@ class SharedWeights:
 
     Args:
         model: the trainer's policy; its ``named_parameters()`` define names, order and dtype.
-        ctx: a ``torch.multiprocessing`` context (``get_context("spawn")``) for the lock and counter.
+        ctx: a ``torch.multiprocessing`` context (``get_context("spawn")``) for the counter.
     Raises:
         ValueError: if the parameters do not share one dtype.
     """
@@ -82,11 +88,11 @@ class SharedWeights:
             offset += p.numel()
         self.flat = parameters_to_vector([p for _, p in named]).detach().cpu().clone().share_memory_()  # (P,)
         self.version = ctx.Value("q", 0, lock=False)  # trainer updates the flat tensor holds
-        self.lock = ctx.Lock()
+        self.lock = FileLock()
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         """Copy ``model``'s parameters in (from any device) and set the version (trainer side)."""
-        with torch.no_grad(), self.lock:
+        with torch.no_grad(), self.lock.exclusive():
             self.flat.copy_(parameters_to_vector(model.parameters()).detach().cpu())
             self.version.value = version
 
@@ -100,14 +106,20 @@ class SharedWeights:
         """
         if self.version.value == have_version:
             return have_version, None
-        with self.lock:
+        with self.lock.shared():
             version = self.version.value
-            vec = self.flat.clone()
+            vec = self._copy_out()
         return version, [(name, vec[offset:offset + math.prod(shape)].view(shape))
                          for name, shape, offset in self.manifest]
 
+    def _copy_out(self) -> torch.Tensor:
+        """The private copy a pull makes under the lock (a seam for the fault tests)."""
+        return self.flat.clone()
+
     def close(self) -> None:
-        """Nothing to release explicitly (shared memory goes with the last reference)."""
+        """Close the lock's file (the trainer also removes it); shared memory goes with the
+        last reference."""
+        self.lock.close()
 
 
 # ------------------------------------------------------------------------------------ layout
@@ -246,7 +258,7 @@ class FlatWeights:
     Args:
         model: the trainer's policy; ``named_parameters()`` define names, order, dtypes (mixed
             dtypes allowed). Its current weights are published as version 0.
-        ctx: a ``torch.multiprocessing`` spawn context (lock and counter).
+        ctx: a ``torch.multiprocessing`` spawn context (the version counter).
         device: where the buffer lives: the trainer's device (``"cuda:0"``), or ``"cpu"``.
 
     Raises:
@@ -267,7 +279,7 @@ class FlatWeights:
         self.layout.pack(named, self.buf)
         self._sync()
         self.version = ctx.Value("q", 0, lock=False)
-        self.lock = ctx.Lock()
+        self.lock = FileLock()
         self.uuid = ""  # the buffer's GPU, as consumers look it up ("" = by index)
         if self.device.type == "cuda":
             try:
@@ -304,7 +316,7 @@ class FlatWeights:
 
     def publish(self, model: torch.nn.Module, version: int) -> None:
         """Copy ``model``'s parameters into the buffer, synchronize, set ``version`` (trainer)."""
-        with self.lock:
+        with self.lock.exclusive():
             self.layout.pack(model.named_parameters(), self.buf)
             self._sync()  # the copies are done before anyone sees the new version
             self.version.value = version
@@ -332,17 +344,23 @@ class FlatWeights:
             target = torch.device("cuda", torch.cuda.current_device())
         else:
             target = self.device
-        with self.lock:
+        with self.lock.shared():
             version = self.version.value
-            copy = self.buf.to(target, copy=True)
+            copy = self._copy_out(target)
             if target.type == "cuda":
                 torch.cuda.synchronize(target)
             self._sync()  # the copy has finished reading before the trainer may write again
         return version, self.layout.views(copy)
 
+    def _copy_out(self, target: torch.device) -> torch.Tensor:
+        """The private copy a pull makes under the lock (a seam for the fault tests)."""
+        return self.buf.to(target, copy=True)
+
     def close(self) -> None:
         """Drop this process's reference to the buffer; on CUDA also ``torch.cuda.ipc_collect()``
-        (the producer frees the block once every consumer released its handle)."""
+        (the producer frees the block once every consumer released its handle). Closes the
+        lock's file (the trainer also removes it)."""
+        self.lock.close()
         was_cuda = self.device.type == "cuda" and (self.buf is not None or self._handle is not None)
         self.buf, self._handle = None, None
         if was_cuda and torch.cuda.is_initialized():
