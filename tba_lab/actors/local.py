@@ -27,10 +27,11 @@ half message from a dead writer then raises ``EOFError`` instead of waiting fore
 
 ``stop()`` sets the stop flag, drains the queues while the children finish (a child blocked on
 a full queue must never hang shutdown), then terminates and finally kills stragglers: no process
-is left behind. The stop flag is a :class:`~tba_lab.actors.locks.StopFlag` (one shared byte),
-not a ``multiprocessing.Event``: a searcher killed while it reads an Event holds the Event's
-lock for good, and the trainer's next ``poll`` or ``stop`` would wait on it forever. It is also registered with ``atexit``; searchers also exit on their own when
-the trainer process disappears (they check their parent every batch).
+is left behind. It is also registered with ``atexit``; searchers also exit on their own when
+the trainer process disappears (they check their parent every batch). The stop flag is a
+:class:`~tba_lab.actors.locks.StopFlag` (one shared byte), not a ``multiprocessing.Event``: a
+searcher killed while it reads an Event holds the Event's lock for good, and the trainer's next
+``poll`` or ``stop`` would wait on it forever.
 """
 from __future__ import annotations
 

@@ -39,10 +39,10 @@ class FileLock:
     ``tba-lab-lock-<pid>-<random>`` in the temporary directory (``tempfile.gettempdir()``) and
     removes it in :meth:`close` (or when the object is garbage-collected or the process exits
     normally); a spawned child that closes it after its parent, the owner, died (a searcher
-    exiting on its own after a SIGKILL of the trainer) removes it instead. The lock travels to a spawned child as that path; each process opens the file
-    itself at first use, so no two processes share an open file (and so a lock). Within one
-    process a ``threading.Lock`` serialises users, because ``flock`` does not exclude two
-    threads of one process.
+    exiting on its own after a SIGKILL of the trainer) removes it instead. The lock travels to
+    a spawned child as that path; each process opens the file itself at first use, so no two
+    processes share an open file (and so a lock). Within one process a ``threading.Lock``
+    serialises users, because ``flock`` does not exclude two threads of one process.
 
     ``shared()``: several holders at once (searchers copying the weights out); ``exclusive()``:
     one holder and no shared ones (the trainer writing new weights). Both block in the kernel
