@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -75,7 +76,10 @@ SMOKE_BOUND_SECONDS = {"07_paper_findings.ipynb": 150, "05_scaling.ipynb": 120, 
 
 
 def test_reproduce_smoke_runs_every_notebook(tmp_path):
-    """The CI reproducibility run: every notebook, SMOKE configuration, solutions plugged in."""
+    """The CI reproducibility run: every notebook, SMOKE configuration, solutions plugged in;
+    no weight-channel lock file left behind (a kernel's exit may skip finalizers, so a notebook
+    closes every channel it opens)."""
+    locks_before = set(Path(tempfile.gettempdir()).glob("tba-lab-lock-*"))
     results = reproduce(tmp_path, smoke=True, seed=0)
     failed = {r["notebook"]: r["error"] for r in results if not r["ok"]}
     assert not failed, failed
@@ -89,6 +93,8 @@ def test_reproduce_smoke_runs_every_notebook(tmp_path):
         printed = "\n".join(o.get("text", "") for c in executed.cells if c.cell_type == "code"
                             for o in c.outputs if o.get("output_type") == "stream")
         assert "FAIL" not in printed and printed.count("PASS") >= 2, r["notebook"]
+    left = set(Path(tempfile.gettempdir()).glob("tba-lab-lock-*")) - locks_before
+    assert not left, f"lock files left by the notebooks' kernels: {sorted(map(str, left))}"
     report = (tmp_path / "report.md").read_text()
     n = len(NOTEBOOKS)
     assert f"{n}/{n} notebooks ran" in report and report.count("![") >= n
