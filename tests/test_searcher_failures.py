@@ -65,7 +65,8 @@ def test_a_searcher_killed_while_it_copies_the_weights_does_not_block_the_run(tm
     """SIGKILL inside a pull, while the searcher holds the weight channel's lock (its copy
     allocates a model-sized tensor: where the OOM killer strikes). With multiprocessing's Lock
     the dead process kept it, and the trainer's next publish and the restarted searcher's pull
-    waited forever; the kernel releases the channel's FileLock with the process."""
+    waited until Ctrl-C (here, in a thread, for good); the kernel releases the channel's
+    FileLock with the process."""
     from tba_lab.trainer import train
 
     cfg = _config(tmp_path, {"kind": "exit_in_pull", "times": 1})

@@ -30,8 +30,9 @@ a full queue must never hang shutdown), then terminates and finally kills stragg
 is left behind. It is also registered with ``atexit``; searchers also exit on their own when
 the trainer process disappears (they check their parent every batch). The stop flag is a
 :class:`~tba_lab.actors.locks.StopFlag` (one shared byte), not a ``multiprocessing.Event``: a
-searcher killed while it reads an Event holds the Event's lock for good, and the trainer's next
-``poll`` or ``stop`` would wait on it forever.
+searcher killed while it reads an Event holds the Event's lock for good, and the trainer's
+``stop``, which sets it with Ctrl-C ignored (the final saves must run to the end), would wait on
+it forever.
 """
 from __future__ import annotations
 

@@ -3,14 +3,18 @@ lock (:class:`FileLock`) and the local launcher's stop request (:class:`StopFlag
 
 Why not ``multiprocessing``'s ``Lock`` and ``Event``: both are POSIX semaphores, and a process
 that ends while it holds one (SIGKILL, the OOM killer, the launcher's own SIGTERM of a stalled
-searcher) never gives it back. Two ways a run then hangs for good, Ctrl-C included, since the
-trainer waits in ``sem_wait``:
+searcher) never gives it back. Two ways a run then hangs:
 
 * a searcher killed while it copies the weights out of the channel (that copy allocates a
   model-sized tensor, which is exactly when the OOM killer strikes): the trainer's next
-  ``publish`` waits for the lock forever;
+  ``publish`` waits for the lock, and the restarted searcher's first pull too. Ctrl-C or
+  SIGTERM end that wait (and the run, with its saves); a run nobody watches (papermill, a
+  background job) waits for good;
 * a searcher killed inside ``Event.is_set()`` (it takes the event's lock to read the flag):
-  every later ``is_set()`` and ``set()`` waits, the trainer's ``poll`` and ``stop`` included.
+  every later ``is_set()`` and ``set()`` waits, and the trainer's shutdown sets the event with
+  Ctrl-C and SIGTERM ignored (so that its final saves run to the end): only SIGKILL ends it,
+  and the final saves are lost. The window is short (a few microseconds per check) but the
+  searchers check often.
 
 Here the kernel does the bookkeeping instead. :class:`FileLock` is ``flock(2)`` on a small file:
 a lock belongs to an open file, and a process's files are closed when it ends, however it
