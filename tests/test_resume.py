@@ -6,7 +6,9 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,6 +140,9 @@ def test_sigkill_then_resume_ends_at_the_planned_step_and_continues_the_files(tm
         time.sleep(0.05)
     os.killpg(child.pid, signal.SIGKILL)  # the trainer and its searchers, as an OOM kill would
     child.wait()
+    # known limit (README): nobody is left to remove the weight channel's empty lock file
+    [lock] = Path(tempfile.gettempdir()).glob(f"tba-lab-lock-{child.pid}-*")
+    lock.unlink()
     logged = max(r["step"] for r in _jsonl(run / "metrics.jsonl"))
     saved = load_checkpoint(run)["step"]
     assert logged - 4 <= saved <= logged and saved % 4 == 0  # at most save_steps updates lost
