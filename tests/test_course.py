@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tba_lab.actors.locks import LOCK_PREFIX
 from tba_lab.lab.course import EXERCISES, check
 from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce
 from tests.test_experiments import assert_smoke_outputs
@@ -79,7 +80,7 @@ def test_reproduce_smoke_runs_every_notebook(tmp_path):
     """The CI reproducibility run: every notebook, SMOKE configuration, solutions plugged in;
     no weight-channel lock file left behind (a kernel's exit may skip finalizers, so a notebook
     closes every channel it opens)."""
-    locks_before = set(Path(tempfile.gettempdir()).glob("tba-lab-lock-*"))
+    locks_before = set(Path(tempfile.gettempdir()).glob(f"{LOCK_PREFIX}*"))
     results = reproduce(tmp_path, smoke=True, seed=0)
     failed = {r["notebook"]: r["error"] for r in results if not r["ok"]}
     assert not failed, failed
@@ -93,7 +94,7 @@ def test_reproduce_smoke_runs_every_notebook(tmp_path):
         printed = "\n".join(o.get("text", "") for c in executed.cells if c.cell_type == "code"
                             for o in c.outputs if o.get("output_type") == "stream")
         assert "FAIL" not in printed and printed.count("PASS") >= 2, r["notebook"]
-    left = set(Path(tempfile.gettempdir()).glob("tba-lab-lock-*")) - locks_before
+    left = set(Path(tempfile.gettempdir()).glob(f"{LOCK_PREFIX}*")) - locks_before
     assert not left, f"lock files left by the notebooks' kernels: {sorted(map(str, left))}"
     report = (tmp_path / "report.md").read_text()
     n = len(NOTEBOOKS)

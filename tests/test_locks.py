@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from tba_lab.actors.locks import FileLock, StopFlag
+from tba_lab.actors.locks import LOCK_PREFIX, FileLock, StopFlag
 from tba_lab.actors.weights import FlatWeights, SharedWeights
 from tests.test_cuda_weights import Mixed, digest, fill, puller
 
@@ -129,7 +129,7 @@ def test_readers_share_the_lock_and_the_writer_waits_for_them():
 def test_the_owner_removes_the_file_and_a_child_cannot_use_it_afterwards():
     lock = FileLock()
     path = Path(lock.path)
-    assert path.exists() and path.name.startswith(f"tba-lab-lock-{os.getpid()}-")
+    assert path.exists() and path.name.startswith(f"{LOCK_PREFIX}{os.getpid()}-")
     with lock.shared():  # the owner uses it too
         pass
     assert _run_child(hold_shared_briefly, lock) == 0

@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from tba_lab.actors.locks import LOCK_PREFIX
 from tba_lab.buffer import ReplayBuffer, Rollout
 from tba_lab.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
 from tba_lab.config import ConfigError, from_dict
@@ -141,7 +142,7 @@ def test_sigkill_then_resume_ends_at_the_planned_step_and_continues_the_files(tm
     os.killpg(child.pid, signal.SIGKILL)  # the trainer and its searchers, as an OOM kill would
     child.wait()
     # known limit (README): nobody is left to remove the weight channel's empty lock file
-    [lock] = Path(tempfile.gettempdir()).glob(f"tba-lab-lock-{child.pid}-*")
+    [lock] = Path(tempfile.gettempdir()).glob(f"{LOCK_PREFIX}{child.pid}-*")
     lock.unlink()
     logged = max(r["step"] for r in _jsonl(run / "metrics.jsonl"))
     saved = load_checkpoint(run)["step"]

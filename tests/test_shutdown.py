@@ -51,6 +51,7 @@ from pathlib import Path
 
 import pytest
 
+from tba_lab.actors.locks import LOCK_PREFIX
 from tba_lab.checkpoint import load_checkpoint
 
 psutil = pytest.importorskip("psutil")
@@ -252,7 +253,7 @@ def _lock_files(watch: RunWatch) -> list[str]:
     """The weight channels' lock files (tba_lab.actors.locks.FileLock) that processes of the
     run created and that still exist."""
     pids = {pid for pid, _ in watch.seen}
-    return sorted(str(p) for p in Path(tempfile.gettempdir()).glob("tba-lab-lock-*")
+    return sorted(str(p) for p in Path(tempfile.gettempdir()).glob(f"{LOCK_PREFIX}*")
                   if p.name.split("-")[3].isdigit() and int(p.name.split("-")[3]) in pids)
 
 

@@ -30,6 +30,13 @@ import tempfile
 import threading
 import weakref
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+LOCK_PREFIX = "tba-lab-lock-"  # the files: tempfile.gettempdir() / "tba-lab-lock-<pid>-<random>"
+
 
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
@@ -63,7 +70,7 @@ class FileLock:
     """
 
     def __init__(self):
-        fd, self.path = tempfile.mkstemp(prefix=f"tba-lab-lock-{os.getpid()}-")
+        fd, self.path = tempfile.mkstemp(prefix=f"{LOCK_PREFIX}{os.getpid()}-")
         self._fd: int | None = fd
         self._owner = os.getpid()
         self._local = threading.Lock()
@@ -83,11 +90,9 @@ class FileLock:
 
     @contextlib.contextmanager
     def _hold(self, shared: bool):
-        try:
-            import fcntl
-        except ImportError:
+        if fcntl is None:
             raise RuntimeError("tba_lab.actors.locks.FileLock needs fcntl (Linux or macOS); "
-                               "multi-process runs are not supported on this platform") from None
+                               "multi-process runs are not supported on this platform")
         with self._local:
             fd = self._open()
             fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
@@ -139,7 +144,9 @@ class StopFlag:
         self._flag = ctx.Value("b", 0, lock=False)
 
     def set(self) -> None:
+        """Request the stop (trainer side); it stays set."""
         self._flag.value = 1
 
     def is_set(self) -> bool:
+        """Whether the stop was requested (searcher side; no lock, no system call)."""
         return bool(self._flag.value)
