@@ -465,7 +465,10 @@ def main(argv=None) -> int:
         from task_race import main as task_race_main
 
         return task_race_main(argv)
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="--task preference|redteam runs the race on the paper's other tasks instead "
+               "(bench/task_race.py: TB against GRPO and online DPO; see its --help)")
     p.add_argument("--minutes", type=float, default=3.0, help="training budget per leg (default 3)")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, help="one seed (default 0)")

@@ -227,10 +227,12 @@ def main(argv=None) -> int:
     import datetime
     import os
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", required=True, choices=sorted(TRADEOFFS))
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    p.add_argument("--task", required=True, choices=sorted(TRADEOFFS),
+                   help="the task to race on (the arithmetic race is bench/race.py without --task)")
     p.add_argument("--minutes", type=float, default=3.0, help="training budget per leg (default 3)")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                   help="seeds, run seed-major (default 0 1 2)")
     p.add_argument("--legs", nargs="+", default=list(DEFAULT_LEGS), choices=list(LEGS))
     p.add_argument("--eval-size", type=int, default=200, help="held-out problems per evaluation")
     p.add_argument("--eval-every", type=float, default=30.0, help="seconds between evaluations")

@@ -493,6 +493,45 @@ def validate(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
+
+def unused_sections(cfg: RunConfig) -> list[str]:
+    """Options sections changed from their defaults that this run does not read, one message
+    each: ``grpo.beta=0.5`` with ``algo: tb`` trains TB with ``tb.beta`` and would otherwise
+    ignore the value without a word. ``tba_lab.trainer.train`` warns with these at its start.
+
+    A section is read when it belongs to the chosen algorithm, task, generation backend or
+    launcher (the class's ``section``, or its name). A value the chosen task's
+    ``config_defaults`` sets (the red-teaming task's ``tb.beta``) counts as a default.
+    """
+    task_defaults = getattr(TASKS.get(cfg.task.name), "config_defaults", None) or {}
+    chosen = {(r, v) for r, v in zip(_REGISTRIES, (cfg.algo, cfg.task.name, cfg.model.backend,
+                                                    cfg.async_.launcher))}
+    used, owners = set(), {}
+    for registry in _REGISTRIES:
+        for name, cls in registry.classes().items():
+            if getattr(cls, "config_class", None) is None:
+                continue
+            key = getattr(cls, "section", None) or cls.name
+            owners.setdefault(key, []).append(f"{registry.config_key}: {name}")
+            if (registry, name) in chosen:
+                used.add(key)
+    out = []
+    for key, cls in section_classes().items():
+        section = cfg.sections.get(key)
+        if key in used or section is None:
+            continue
+        given = task_defaults.get(key)
+        default = cls(**given) if isinstance(given, dict) else cls()
+        changed = [f"{key}.{f.name}={getattr(section, f.name)!r}" for f in dataclasses.fields(cls)
+                   if getattr(section, f.name) != getattr(default, f.name)]
+        if changed:
+            out.append(f"{', '.join(changed)} is set but this run does not read section `{key}` "
+                       f"(it is for {' or '.join(owners[key])}; this run has algo: {cfg.algo}, "
+                       f"task.name: {cfg.task.name}, model.backend: {cfg.model.backend}, "
+                       f"async.launcher: {cfg.async_.launcher}); move the value to the section "
+                       f"the run reads, or remove it")
+    return out
+
 def merge(base: dict, extra: dict) -> dict:
     """Nested merge of two override dicts (``extra`` wins; neither is modified)."""
     out = dict(base)

@@ -50,6 +50,7 @@ import random
 import signal
 import threading
 import time
+import warnings
 from dataclasses import replace
 
 import torch
@@ -59,7 +60,7 @@ from tba_lab.algorithms import compute_loss, make_algorithm
 from tba_lab.buffer import ReplayBuffer, Rollout, complete_groups
 from tba_lab.checkpoint import (check_budget_left, check_same_run, checkpoint_path, load_checkpoint,
                                  save_checkpoint)
-from tba_lab.config import RunConfig
+from tba_lab.config import RunConfig, unused_sections
 from tba_lab.eval import evaluate
 from tba_lab.rollout.collect import with_reference
 from tba_lab.runlog import RunLog
@@ -313,6 +314,8 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
     from tba_lab.preflight import preflight
 
     preflight(cfg)  # bad input stops here: no process started, nothing written
+    for message in unused_sections(cfg):  # a value the run would ignore without a word
+        warnings.warn(message, stacklevel=2)
     state = None
     if resume:
         state = load_checkpoint(cfg.output_dir)

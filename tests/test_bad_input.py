@@ -456,3 +456,39 @@ def test_task_modules_import_in_any_order():
                            env=ENV, cwd=REPO)
         assert r.returncode == 0, r.stderr
     assert r.stdout.count("\n#### ") == 4  # four sample problems, each ending in its answer
+
+
+def test_options_of_a_section_the_run_does_not_read_are_named():
+    """grpo.beta with algo tb would be ignored without a word: the message names the field,
+    the section's owner and what the run uses. Sections the run reads, and values the task's
+    own defaults set, are not reported."""
+    from tba_lab.config import unused_sections
+
+    assert unused_sections(from_dict({})) == []
+    [msg] = unused_sections(from_dict({"algo": "tb", "grpo": {"beta": 0.5}}))
+    assert msg.startswith("grpo.beta=0.5 is set but this run does not read section `grpo`")
+    assert "algo: grpo or algo: dr_grpo" in msg and "this run has algo: tb" in msg
+    assert unused_sections(from_dict({"algo": "dr_grpo", "grpo": {"beta": 0.5}})) == []
+    # the red-teaming task's config_defaults set tb.beta 0.5: not the user's doing
+    assert unused_sections(from_dict({"algo": "grpo", "task": {"name": "redteam"}})) == []
+    [msg] = unused_sections(from_dict({"algo": "grpo", "task": {"name": "redteam"},
+                                       "tb": {"beta": 0.2}}))
+    assert msg.startswith("tb.beta=0.2 is set")
+    msgs = unused_sections(from_dict({"vllm": {"dtype": "bfloat16"}, "ray": {"address": "auto"}}))
+    assert [m.split(" is set")[0] for m in msgs] == ["vllm.dtype='bfloat16'", "ray.address='auto'"]
+
+
+def test_train_warns_of_unread_options_before_it_starts(tmp_path, monkeypatch):
+    import tba_lab.trainer as trainer
+
+    class Started(Exception):
+        pass
+
+    def no_run(cfg):
+        raise Started
+
+    monkeypatch.setattr(trainer, "_trainer_process", no_run)
+    cfg = from_dict({"algo": "tb", "grpo": {"epsilon": 0.3}, "output_dir": str(tmp_path / "r")})
+    with pytest.warns(UserWarning, match=r"grpo\.epsilon=0\.3 is set but this run does not read"):
+        with pytest.raises(Started):
+            trainer.train(cfg, progress=False)

@@ -13,7 +13,7 @@ import pytest
 
 from tba_lab.actors.locks import LOCK_PREFIX
 from tba_lab.lab.course import EXERCISES, check
-from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce
+from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce, write_report
 from tests.test_experiments import assert_smoke_outputs
 
 NOTEBOOKS = ["01_on_policy_grpo", "02_trajectory_balance", "03_replay_buffer",
@@ -70,6 +70,20 @@ def test_reproduce_reports_a_failing_notebook_and_exits_nonzero(tmp_path):
     assert "FAILED" in report and "broken on purpose" in report
     assert json.loads((out / "parameters.json").read_text())["99_broken.ipynb"]["SMOKE"] is True
 
+
+
+def test_report_shows_nested_metrics_whole_and_keeps_the_table(tmp_path):
+    """Nested metrics become dotted keys (not a JSON string cut at a fixed width), long lists
+    show their last item and length, and a ``|`` in a value does not add a table column."""
+    metrics = {"acc": 0.123456, "run": {"tb": {"updates": 51, "final_acc": 0.516}},
+               "curve": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.9], "note": "a|b"}
+    write_report([{"notebook": "x.ipynb", "ok": True, "error": None, "seconds": 3.0,
+                   "parameters": {}, "metrics": metrics, "figures": []}], tmp_path, smoke=True)
+    row = [ln for ln in (tmp_path / "report.md").read_text().splitlines() if ln.startswith("| [x")][0]
+    assert "acc=0.1235" in row
+    assert "run.tb.updates=51" in row and "run.tb.final_acc=0.516" in row
+    assert "curve=[0.1, 0.2, 0.3, 0.4, …, 0.9] (8 items)" in row
+    assert len(re.findall(r"(?<!\\)\|", row)) == 5  # four columns: the escaped | is not one
 
 # 07 runs twelve short trainings (four experiments) even in SMOKE mode
 SMOKE_BOUND_SECONDS = {"07_paper_findings.ipynb": 150, "05_scaling.ipynb": 120,  # 10 also starts a local Ray

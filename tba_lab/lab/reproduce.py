@@ -92,7 +92,7 @@ def write_report(results: list[dict], out: Path, smoke: bool) -> Path:
              f"{sum(r['seconds'] for r in results):.0f} s in total.", "",
              "| notebook | status | seconds | metrics |", "|---|---|---|---|"]
     for r in results:
-        m = ", ".join(f"{k}={_fmt(v)}" for k, v in r["metrics"].items()) or "-"
+        m = ", ".join(f"{k}={_fmt(v)}" for k, v in _flat(r["metrics"])) or "-"
         status = "ok" if r["ok"] else f"FAILED: {r['error']}"
         lines.append(f"| [{r['notebook']}]({r['notebook']}) | {status} | {r['seconds']:.0f} | {m} |")
     for r in results:
@@ -106,12 +106,34 @@ def write_report(results: list[dict], out: Path, smoke: bool) -> Path:
     return path
 
 
-def _fmt(v) -> str:
+def _flat(metrics: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """Nested dicts as dotted keys: ``{"a": {"b": 1}}`` -> ``[("a.b", 1)]``."""
+    items = []
+    for k, v in metrics.items():
+        key = f"{prefix}{k}"
+        items += _flat(v, key + ".") if isinstance(v, dict) and v else [(key, v)]
+    return items
+
+
+def _fmt(v, max_items: int = 6, escape: bool = True) -> str:
+    """One metric value for the report's table: floats to 4 significant digits, a list of more
+    than ``max_items`` items as its first and last items and its length (the whole value is in
+    the notebook's ``metrics.json``); ``|`` escaped so the Markdown table keeps its columns."""
     if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (list, dict)):
-        return json.dumps(v)[:60]
-    return str(v)
+        text = f"{v:.4g}"
+    elif isinstance(v, (list, tuple)):
+        shown = [_fmt(x, max_items, escape=False) for x in v]
+        if len(shown) > max_items:
+            shown = shown[:max_items - 2] + ["…", shown[-1]]
+            text = f"[{', '.join(shown)}] ({len(v)} items)"
+        else:
+            text = f"[{', '.join(shown)}]"
+    elif isinstance(v, dict):
+        text = "{" + ", ".join(f"{k}: {_fmt(x, max_items, escape=False)}"
+                               for k, x in v.items()) + "}"
+    else:
+        text = str(v)
+    return text.replace("|", "\\|") if escape else text
 
 
 def main(args) -> int:
