@@ -263,7 +263,14 @@ def part_async_run(out: Path, device: str, seconds: float, searchers: int, dry: 
     from tba_lab.runlog import read_jsonl_rows
     from tba_lab.trainer import train
 
-    run_dir = out / "async_run"
+    import shutil
+    import tempfile
+
+    # the run writes the policy, a checkpoint and the buffer (about 15 files); the device tool
+    # returns at most 8 files from $OUT, so the run goes to a temporary folder and only its
+    # logs are copied into out/async_run (gpu_check.json and .md must come back)
+    run_dir = Path(tempfile.mkdtemp(prefix="gpu_check_async_run_"))
+    kept = out / "async_run"
     # dry run: bounded by updates, not seconds (searchers start slowly on a busy machine), with
     # the seconds as a ceiling
     small = {"training": {"num_prompts_per_step": 4, "num_generations": 4, "max_steps": 6},
@@ -273,8 +280,15 @@ def part_async_run(out: Path, device: str, seconds: float, searchers: int, dry: 
                         **small,
                         "async": {"num_searchers": searchers, "trainer_device": device,
                                   "searcher_devices": [device], "sync_period": 1}})
-    summary = train(cfg, progress=False)
-    rows = read_jsonl_rows(run_dir / "metrics.jsonl")
+    try:
+        summary = train(cfg, progress=False)
+    finally:
+        kept.mkdir(parents=True, exist_ok=True)
+        for name in ("summary.json", "metrics.jsonl", "searchers.jsonl"):
+            if (run_dir / name).is_file():
+                shutil.copy2(run_dir / name, kept / name)
+    rows = read_jsonl_rows(kept / "metrics.jsonl")
+    shutil.rmtree(run_dir, ignore_errors=True)
     later = rows[1:] or rows
     update = sum(r["update_seconds"] for r in later)
     wait = sum(r["wait_seconds"] for r in later)
@@ -289,7 +303,7 @@ def part_async_run(out: Path, device: str, seconds: float, searchers: int, dry: 
             "staleness_max": summary["staleness_max"],
             "accuracy_before": summary.get("accuracy_before"),
             "accuracy_after": summary.get("accuracy_after"),
-            "searcher_failures": summary["searcher_failures"], "run_dir": str(run_dir)}
+            "searcher_failures": summary["searcher_failures"], "run_dir": str(kept)}
 
 
 # ------------------------------------------------------------------------------ reporting

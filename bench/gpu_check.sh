@@ -7,11 +7,12 @@
 #
 #   bench/gpu_check.sh [OUT_DIR] [extra gpu_check.py flags]
 #
-# Writes OUT_DIR/gpu_check.json and OUT_DIR/gpu_check.md (OUT_DIR: the first argument, else
-# $OUT, else runs/gpu_check) and prints the summary. PYTHON picks the interpreter.
+# Writes gpu_check.json, gpu_check.md, gpu_check.log and async_run/'s three logs in OUT_DIR (the
+# first argument, else $OUT, else runs/gpu_check; 6 files) and prints the summary. PYTHON picks
+# the interpreter.
 set -u
 if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 cd "$(dirname "$0")/.."
@@ -22,8 +23,15 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1  # a run stopped at the limit still leaves its output in the log
+# expandable segments cannot be exported through CUDA IPC (tba_lab/actors/weights.py refuses them)
+for v in PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF; do
+  [ -n "${!v:-}" ] && echo "gpu_check: $v=${!v} was set; unset for this check"
+  unset "$v"
+done
 mkdir -p "$OUT_DIR"
-timeout -k 10 300 "$PYTHON" bench/gpu_check.py --out "$OUT_DIR" "$@"
+set -o pipefail
+timeout -k 10 300 "$PYTHON" bench/gpu_check.py --out "$OUT_DIR" "$@" 2>&1 | tee "$OUT_DIR/gpu_check.log"
 rc=$?
 [ $rc -eq 124 ] && echo "gpu_check: stopped at the 5-minute limit; partial results in $OUT_DIR"
 exit $rc

@@ -374,4 +374,9 @@ def test_gpu_check_cpu_dry_run_writes_every_part(tmp_path):
     run = report["async_run"]
     assert run["updates_per_minute"] > 0 and 0 < run["trainer_busy_fraction"] <= 1
     assert (tmp_path / "gpu_check.md").read_text().startswith("# GPU check")
+    # a GPU machine's tool returns at most 8 files: the run's policy and checkpoint stay out
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["async_run/metrics.jsonl", "async_run/searchers.jsonl",
+                     "async_run/summary.json", "gpu_check.json", "gpu_check.log", "gpu_check.md"]
+    assert "| d. async run | True |" in (tmp_path / "gpu_check.log").read_text()
     print(f"dry run took {time.time() - t0:.0f} s")
