@@ -302,6 +302,10 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
     error after at least one update of this process (the summary then holds ``error``: the
     exception's type and first line); the error is re-raised.
 
+    Warns:
+        UserWarning: one per options section set but not read by this run (``grpo.beta`` with
+            ``algo: tb``; :func:`tba_lab.config.unused_sections`), before anything starts.
+
     Raises:
         KeyboardInterrupt: re-raised after saving everything when interrupted (Ctrl-C or SIGTERM).
         tba_lab.config.ConfigError: bad input found before anything starts (nothing written),
