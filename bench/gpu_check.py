@@ -132,9 +132,35 @@ class Children:
             p.start()
 
     def ask(self, cmd, ranks, timeout: float) -> list:
+        """Send ``cmd`` to the children ``ranks``; their replies, by rank.
+
+        Raises:
+            RuntimeError: a child replied with an error, or died (checked every second, so a
+                child that crashed opening the IPC handle costs about a second, not
+                ``timeout``; later asks of a dead child fail at once), or ``timeout`` seconds
+                passed without every reply.
+        """
+        import queue
+
+        dead = [r for r in ranks if not self.procs[r].is_alive()]
+        if dead:
+            raise RuntimeError(f"child {dead[0]} is not running (exit code "
+                               f"{self.procs[dead[0]].exitcode})")
         for r in ranks:
             self.commands[r].put(cmd)
-        out = [self.results.get(timeout=timeout) for _ in ranks]
+        out, deadline = [], time.monotonic() + timeout
+        while len(out) < len(ranks):
+            try:
+                out.append(self.results.get(timeout=1.0))
+            except queue.Empty:
+                waiting = set(ranks) - {o[1] for o in out}
+                dead = [r for r in sorted(waiting) if not self.procs[r].is_alive()]
+                if dead:
+                    raise RuntimeError(f"child {dead[0]} died during {cmd[0]!r} (exit code "
+                                       f"{self.procs[dead[0]].exitcode})") from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no reply to {cmd[0]!r} from children {sorted(waiting)} "
+                                       f"in {timeout:.0f} s") from None
         errors = [o[2] for o in out if o[0] == "error"]
         if errors:
             raise RuntimeError("a child failed:\n" + errors[0])

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -380,3 +381,38 @@ def test_gpu_check_cpu_dry_run_writes_every_part(tmp_path):
                      "async_run/summary.json", "gpu_check.json", "gpu_check.log", "gpu_check.md"]
     assert "| d. async run | True |" in (tmp_path / "gpu_check.log").read_text()
     print(f"dry run took {time.time() - t0:.0f} s")
+
+
+def test_gpu_check_notices_a_dead_child_in_about_a_second(monkeypatch):
+    """A child that dies (a crash opening the IPC handle, the OOM killer) fails the part at
+    once instead of after the reply timeout (120 s a part would spend three parts' time of the
+    5-minute limit), and later parts asking it fail at once too."""
+    import queue
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import gpu_check
+
+    class Proc:
+        def __init__(self):
+            self.alive, self.exitcode = True, None
+
+        def is_alive(self):
+            return self.alive
+
+    children = gpu_check.Children.__new__(gpu_check.Children)
+    children.commands = [queue.Queue(), queue.Queue()]
+    children.results = queue.Queue()
+    children.procs = [Proc(), Proc()]
+    children.results.put(("ping", 0, "ok"))  # child 0's answer (read by the second ask) ...
+    children.procs[1].alive, children.procs[1].exitcode = False, -9  # ... it was killed
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="child 1 is not running"):
+        children.ask(("ping",), [0, 1], timeout=120)
+    children.procs[1].alive = True  # alive when asked, dies before replying
+    threading.Timer(0.3, lambda: setattr(children.procs[1], "alive", False)).start()
+    with pytest.raises(RuntimeError, match=r"child 1 died during 'ping' \(exit code -9\)"):
+        children.ask(("ping",), [0, 1], timeout=120)
+    assert time.monotonic() - t0 < 10
+    children.procs[1].alive = True  # alive but silent: the timeout still bounds the wait
+    with pytest.raises(RuntimeError, match=r"no reply to 'ping' from children \[1\] in 2 s"):
+        children.ask(("ping",), [1], timeout=2)
