@@ -313,8 +313,8 @@ def part_async_run(out: Path, device: str, seconds: float, searchers: int, dry: 
         for name in ("summary.json", "metrics.jsonl", "searchers.jsonl"):
             if (run_dir / name).is_file():
                 shutil.copy2(run_dir / name, kept / name)
+        shutil.rmtree(run_dir, ignore_errors=True)
     rows = read_jsonl_rows(kept / "metrics.jsonl")
-    shutil.rmtree(run_dir, ignore_errors=True)
     later = rows[1:] or rows
     update = sum(r["update_seconds"] for r in later)
     wait = sum(r["wait_seconds"] for r in later)

@@ -98,6 +98,16 @@ class AsyncConfig:
 _REGISTRIES = (ALGORITHMS, TASKS, BACKENDS, LAUNCHERS)
 
 
+def _section_key(cls) -> str:
+    """The YAML section of a registered class's options: its ``section``, else its ``name``."""
+    return getattr(cls, "section", None) or cls.name
+
+
+def _chosen(cfg) -> tuple:
+    """``(registry, chosen name)`` for the run's algorithm, task, backend and launcher."""
+    return tuple(zip(_REGISTRIES, (cfg.algo, cfg.task.name, cfg.model.backend, cfg.async_.launcher)))
+
+
 def section_classes() -> dict[str, type]:
     """``{YAML key: dataclass}`` of every registered class that has options (imports them).
 
@@ -111,7 +121,7 @@ def section_classes() -> dict[str, type]:
             config_class = getattr(cls, "config_class", None)
             if config_class is None:
                 continue
-            key = getattr(cls, "section", None) or cls.name
+            key = _section_key(cls)
             if key in _RESERVED:
                 raise ConfigError(f"{cls.__name__}'s options section {key!r} is a core config "
                                   f"key; set its `section` to another name")
@@ -179,11 +189,9 @@ class RunConfig:
         data["async"] = data.pop("async_")
         sections = data.pop("sections")
         chosen = set()
-        for registry, value in ((ALGORITHMS, self.algo), (TASKS, self.task.name),
-                                (BACKENDS, self.model.backend), (LAUNCHERS, self.async_.launcher)):
+        for registry, value in _chosen(self):
             if value in registry:
-                cls = registry.get(value)
-                chosen.add(getattr(cls, "section", None) or cls.name)
+                chosen.add(_section_key(registry.get(value)))
         classes = section_classes()
         data.update({k: v for k, v in sections.items()
                      if k in chosen or k not in classes
@@ -417,8 +425,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     chosen algorithm, task, generation backend and launcher by their ``check_config(cfg)``
     (cross-section rules, data paths, an optional extra that is not installed).
     """
-    for registry, value in ((ALGORITHMS, cfg.algo), (TASKS, cfg.task.name),
-                            (BACKENDS, cfg.model.backend), (LAUNCHERS, cfg.async_.launcher)):
+    for registry, value in _chosen(cfg):
         check_choice(value, registry.names(), registry.config_key)
     if not cfg.model.path:  # "" = the task's embedded starting policy (Task.default_model)
         from tba_lab.tasks import embedded_model_dir
@@ -485,13 +492,11 @@ def validate(cfg: RunConfig) -> RunConfig:
     for section in cfg.sections.values():
         if hasattr(section, "validate"):
             section.validate()
-    for registry, value in ((ALGORITHMS, cfg.algo), (TASKS, cfg.task.name),
-                            (BACKENDS, cfg.model.backend), (LAUNCHERS, cfg.async_.launcher)):
+    for registry, value in _chosen(cfg):
         cls = registry.get(value)
         if hasattr(cls, "check_config"):
             cls.check_config(cfg)
     return cfg
-
 
 
 def unused_sections(cfg: RunConfig) -> list[str]:
@@ -504,16 +509,15 @@ def unused_sections(cfg: RunConfig) -> list[str]:
     ``config_defaults`` sets (the red-teaming task's ``tb.beta``) counts as a default.
     """
     task_defaults = getattr(TASKS.get(cfg.task.name), "config_defaults", None) or {}
-    chosen = {(r, v) for r, v in zip(_REGISTRIES, (cfg.algo, cfg.task.name, cfg.model.backend,
-                                                    cfg.async_.launcher))}
+    chosen = dict(_chosen(cfg))
     used, owners = set(), {}
     for registry in _REGISTRIES:
         for name, cls in registry.classes().items():
             if getattr(cls, "config_class", None) is None:
                 continue
-            key = getattr(cls, "section", None) or cls.name
+            key = _section_key(cls)
             owners.setdefault(key, []).append(f"{registry.config_key}: {name}")
-            if (registry, name) in chosen:
+            if chosen[registry] == name:
                 used.add(key)
     out = []
     for key, cls in section_classes().items():
@@ -531,6 +535,7 @@ def unused_sections(cfg: RunConfig) -> list[str]:
                        f"async.launcher: {cfg.async_.launcher}); move the value to the section "
                        f"the run reads, or remove it")
     return out
+
 
 def merge(base: dict, extra: dict) -> dict:
     """Nested merge of two override dicts (``extra`` wins; neither is modified)."""
