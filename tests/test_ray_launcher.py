@@ -25,7 +25,7 @@ from tests.test_async_smoke import (METRIC_KEYS, SUMMARY_KEYS,
 ray = pytest.importorskip("ray")
 
 from tba_lab.actors.ray_launcher import (PushedWeights, RayLauncher, _actor_spec, start_local_ray,  # noqa: E402
-                                         _bundles, flat_bytes)
+                                         _bundles, flat_bytes, wait_for_exit)
 from tba_lab.actors.searcher import SearcherSpec  # noqa: E402
 
 
@@ -214,6 +214,34 @@ def test_two_searchers_publish_poll_kill_restart_stop(local_ray, tmp_path):
     assert all(_dead(a) for a in [*actors, queue_actor, old])
     assert ray.util.placement_group_table(pg)["state"] == "REMOVED"
     assert ray.is_initialized()
+
+
+class _Busy:
+    """An actor shaped like a searcher: two threads, one of them inside a long call."""
+
+    def run(self):
+        time.sleep(3600)
+
+
+def test_wait_for_exit_returns_once_killed_actors_are_dead(local_ray):
+    # ray.kill only sends the request: without the wait, a call right after it was still
+    # answered 1 time in 20 (2026-12-03, this 2-CPU Ray), and stop() could leave actors running
+    Busy = ray.remote(num_cpus=0, max_concurrency=2)(_Busy)
+    actors = [Busy.remote() for _ in range(12)]  # started together: ~1 s each one by one
+    for actor in actors:
+        actor.run.remote()
+    ray.get([actor.__ray_ready__.remote() for actor in actors])
+    live, killed = actors[0], actors[1:]
+    try:
+        for actor in killed:
+            ray.kill(actor, no_restart=True)
+        assert wait_for_exit(killed, timeout=30) == []
+        assert [_dead(actor) for actor in killed] == [True] * len(killed)
+        t0 = time.monotonic()  # one that is not killed is reported once the time is up
+        assert wait_for_exit(killed[:2] + [live], timeout=0.5) == [2]
+        assert 0.5 <= time.monotonic() - t0 < 15
+    finally:
+        ray.kill(live, no_restart=True)
 
 
 @pytest.mark.slow  # another actor start: about 10 s on a loaded 2-core machine
