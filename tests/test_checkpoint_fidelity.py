@@ -9,6 +9,7 @@ declared EOS id must end a response. The checkpoints here are copies of the embe
 """
 import json
 import math
+import re
 import shutil
 import warnings
 
@@ -317,9 +318,23 @@ def test_a_row_the_reward_function_raises_on_is_dropped_not_fatal(tiny):
             return [float(len(p)) for p in problems]
 
     problems = ["Question: 1 + 1\nAnswer:", "Question: 2 + 3\nAnswer:"]
-    with pytest.warns(RuntimeWarning, match=r"raised KeyError.*3 of 6 rows could not be scored"):
+    with pytest.warns(RuntimeWarning) as caught:
         batch = rollout(_Fixed(tok), Picky(), problems, 3, T, 8, problem_ids=[5, 6])
+    # one warning, naming the error (not also a "non-finite rewards" one for the same rows)
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert re.search(r"raised KeyError.*3 of 6 rows could not be scored", str(caught[0].message))
     assert batch.nonfinite_rewards == 3 and [r.prompt_id for r in batch.rollouts] == [5, 5, 5]
     assert batch.rewards == [float(len(problems[0]))] * 3
     with pytest.raises(KeyError, match="no answer"):
         rollout(_Fixed(tok), Picky(), problems[1:], 3, T, 8)
+
+    class PickyNaN(Picky):  # scored alone, 1 + 1 gives NaN: its rows get the non-finite warning
+        def rewards(self, problems, completions):
+            return [math.nan if "1 + 1" in p else r
+                    for p, r in zip(problems, super().rewards(problems, completions))]
+
+    with pytest.warns(RuntimeWarning) as caught:
+        rollout(_Fixed(tok), PickyNaN(), problems + ["Question: 4 + 4\nAnswer:"], 3, T, 8)
+    raised, nonfinite = sorted((str(w.message) for w in caught), key=lambda m: "non-finite" in m)
+    assert len(caught) == 2 and "3 of 9 rows could not be scored" in raised
+    assert "3 of 9 rewards are non-finite" in nonfinite

@@ -62,8 +62,9 @@ class RolloutBatch:
         return [r.reward for r in self.rollouts]
 
 
-def _score(task, problems: list, completions: list[str]) -> list[float]:
-    """``task.rewards`` of a batch as floats. If the batch call raises, each row is scored
+def _score(task, problems: list, completions: list[str]) -> tuple[list[float], int]:
+    """``task.rewards`` of a batch as floats, and how many rows raised (0 when the batch call
+    did not). If the batch call raises, each row is scored
     alone and a row that still raises gets NaN (so it is dropped and counted like a non-finite
     reward), with a warning naming the error: one bad completion or problem must not kill a
     searcher. When no row can be scored the batch's exception is raised (a broken reward
@@ -73,7 +74,7 @@ def _score(task, problems: list, completions: list[str]) -> list[float]:
         ValueError: the task returned a number of rewards other than ``len(completions)``.
         Exception: the batch call's own exception, when no row scores.
     """
-    n = len(completions)
+    n, failed = len(completions), 0
     try:
         rewards = [float(r) for r in task.rewards(problems, completions)]
     except Exception as batch_error:
@@ -84,15 +85,15 @@ def _score(task, problems: list, completions: list[str]) -> list[float]:
                 rewards.append(float(r))
             except Exception:
                 rewards.append(math.nan)
+                failed += 1
         if not any(math.isfinite(r) for r in rewards):
             raise batch_error
-        failed = sum(not math.isfinite(r) for r in rewards)
         warnings.warn(f"task {task.name!r}: rewards raised {type(batch_error).__name__}: "
                       f"{batch_error}; scored row by row, {failed} of {n} rows could not be "
                       f"scored and are dropped", RuntimeWarning, stacklevel=3)
     if len(rewards) != n:
         raise ValueError(f"task {task.name!r} returned {len(rewards)} rewards for {n} completions")
-    return rewards
+    return rewards, failed
 
 
 @torch.no_grad()
@@ -190,12 +191,12 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
     behaviour = [lp[:len(r)] for lp, r in zip(gen.token_logps, responses)]  # [] when greedy
     completions = tokenizer.batch_decode(responses, skip_special_tokens=True)  # B*K strings
     rows = [j // K for j in range(B * K)]                                  # row -> problem index
-    rewards = _score(task, [problems[i] for i in rows], completions)
+    rewards, raised = _score(task, [problems[i] for i in rows], completions)  # raised: warned
     keep = [j for j in range(B * K) if math.isfinite(rewards[j])]         # kept rows, in order
-    if len(keep) < B * K:
-        warnings.warn(f"task {task.name!r}: {B * K - len(keep)} of {B * K} rewards are non-finite "
-                      f"(NaN or inf); those rows are dropped (never trained on); fix the reward "
-                      f"function to return finite floats", RuntimeWarning, stacklevel=2)
+    if len(keep) + raised < B * K:
+        warnings.warn(f"task {task.name!r}: {B * K - len(keep) - raised} of {B * K} rewards are "
+                      f"non-finite (NaN or inf); those rows are dropped (never trained on); fix "
+                      f"the reward function to return finite floats", RuntimeWarning, stacklevel=2)
     ref = [None] * len(keep)
     if reference is not None and keep:
         ref = reference_logprobs(reference, [prompt_ids[rows[j]] for j in keep],
