@@ -216,18 +216,19 @@ def test_two_searchers_publish_poll_kill_restart_stop(local_ray, tmp_path):
     assert ray.is_initialized()
 
 
-class _Busy:
-    """An actor shaped like a searcher: two threads, one of them inside a long call."""
-
-    def run(self):
-        time.sleep(3600)
-
-
 def test_wait_for_exit_returns_once_killed_actors_are_dead(local_ray):
     # ray.kill only sends the request: without the wait, a call right after it was still
     # answered 1 time in 20 (2026-12-03, this 2-CPU Ray), and stop() could leave actors running
-    Busy = ray.remote(num_cpus=0, max_concurrency=2)(_Busy)
-    actors = [Busy.remote() for _ in range(12)]  # started together: ~1 s each one by one
+    @ray.remote(num_cpus=0, max_concurrency=2)
+    class Busy:
+        """Shaped like a searcher: two threads, one inside a long call. Defined here so that
+        Ray ships it by value: its workers need not import this module (torch, tba_lab)."""
+
+        def run(self):
+            import time
+            time.sleep(3600)
+
+    actors = [Busy.remote() for _ in range(12)]  # started together
     for actor in actors:
         actor.run.remote()
     ray.get([actor.__ray_ready__.remote() for actor in actors])
