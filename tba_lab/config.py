@@ -85,9 +85,9 @@ class AsyncConfig:
     sync_period: int = 1                # k: publish weights every k trainer updates (sync forces 1)
     queue_size: int = 1                 # batches a searcher may leave untaken by the trainer (its queue's size)
     wait_for_room: bool = True          # a searcher waits for room in its queue BEFORE it generates (fresh data 1 version stale); false: generates, then blocks on a full queue
-    searcher_threads: int = 0           # torch threads per searcher (0 = auto: 1 async, all cores sync)
-    trainer_threads: int = 0            # torch threads for the trainer (0 = auto, as above)
-    reference_pass: str = "trainer"     # who scores rollouts under the reference policy: "trainer" (as it drains them into the buffer) or "searcher"
+    searcher_threads: int = 0           # torch threads per searcher (0 = auto from the cores: tba_lab.actors.placement)
+    trainer_threads: int = 0            # torch threads for the trainer (0 = auto: the cores the searchers leave free)
+    reference_pass: str = "auto"        # who scores rollouts under the reference policy: "trainer" (the rows it samples), "searcher" (all it generates), "auto" (searcher when >= 2 searchers have cores or GPUs of their own)
     searcher_timeout: float = 120.0     # seconds without a message before a searcher counts as hung (0 = never)
     max_restarts: int = 2               # restarts per failed searcher; then it is retired (run stops if none left)
     stale_batches: int = 3              # consecutive batches begun on old weights after a newer publish before a searcher counts as stalled (0 = never)
@@ -473,7 +473,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     check(a.queue_size >= 1, f"async.queue_size={a.queue_size}: must be >= 1")
     check(a.searcher_threads >= 0, f"async.searcher_threads={a.searcher_threads}: must be >= 0 (0 = automatic)")
     check(a.trainer_threads >= 0, f"async.trainer_threads={a.trainer_threads}: must be >= 0 (0 = automatic)")
-    check_choice(a.reference_pass, ("searcher", "trainer"), "async.reference_pass")
+    check_choice(a.reference_pass, ("auto", "searcher", "trainer"), "async.reference_pass")
     check(a.searcher_timeout >= 0, f"async.searcher_timeout={a.searcher_timeout}: give seconds "
                                    f"(> 0), or 0 to never treat a silent searcher as hung")
     check(a.max_restarts >= 0, f"async.max_restarts={a.max_restarts}: must be >= 0")

@@ -9,8 +9,8 @@ algorithm). Files in ``cfg.output_dir``:
   began, ``loss``, ``reward_mean`` of the batch, ``searcher_reward_mean`` of the newest
   rollouts, ``staleness_mean``/``staleness_max`` in updates, ``buffer_size``,
   ``samples_generated``, ``grad_norm``, ``lr``, ``wait_seconds`` (waiting for data before the
-  update), ``reference_seconds`` (the trainer's reference pass on the batches drained since
-  the last update, ``async.reference_pass: trainer``; 0 otherwise; not part of
+  update), ``reference_seconds`` (the trainer's reference pass on the rows of this update's
+  batch that had none yet, ``async.reference_pass: trainer``; 0 otherwise; not part of
   ``wait_seconds``), ``update_seconds``, the newest searcher batch's ``gen_seconds``/``score_seconds``,
   and the loss's own terms such as ``beta``, ``log_z``, ``kl``, ``clip_fraction``);
 * ``searchers.jsonl``: one object per generation batch received (``searcher_id``, ``version``,
@@ -180,10 +180,17 @@ class RunLog:
         """The training budget ends now (before the searchers stop and the final evaluation)."""
         self.summary["wall_seconds"] = round(self.elapsed(), 1)
 
+    def placement(self, placement, line: str) -> None:
+        """The run's resolved :class:`~tba_lab.actors.placement.Placement`: printed (``line``)
+        when ``progress`` is on, and kept in the summary as ``placement``."""
+        self.summary["placement"] = placement.to_dict()
+        if self.progress:
+            print(line, flush=True)
+
     # ----------------------------------------------------------------- messages
     def reference_pass(self, seconds: float) -> None:
-        """The trainer spent ``seconds`` scoring drained rollouts under the reference policy
-        (``async.reference_pass: trainer``); logged with the next update."""
+        """The trainer spent ``seconds`` scoring the rows of its next batch under the reference
+        policy (``async.reference_pass: trainer``); logged with the next update."""
         self.reference_seconds += seconds
 
     def received(self, batches: list, step: int) -> None:

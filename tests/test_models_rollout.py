@@ -84,11 +84,11 @@ def test_batched_logprobs_match_per_sequence_loop(tiny, temperature):
 
 
 def test_trainer_side_reference_pass_fills_only_missing_logprobs(tiny):
-    """``with_reference`` (async.reference_pass: trainer) gives each rollout without reference
-    log-probs the per-sequence loop's values, leaves the others as they are, and does not
-    change its input list."""
+    """``fill_reference`` (async.reference_pass: trainer) gives each rollout without reference
+    log-probs the per-sequence loop's values, in place, leaves the others as they are, scores a
+    row that appears twice once, and scores nothing the second time."""
     from tba_lab.buffer import Rollout
-    from tba_lab.rollout.collect import with_reference
+    from tba_lab.rollout.collect import fill_reference
 
     model, tok, train = tiny
     prompts = [tok(format_prompt(r["question"]))["input_ids"] for r in train[:2]]
@@ -96,12 +96,13 @@ def test_trainer_side_reference_pass_fills_only_missing_logprobs(tiny):
             (prompts[1], [11, 12], [-1.0, -2.0])]
     rollouts = [Rollout(prompt_id=0, prompt_ids=p, response_ids=r, reward=0.0, ref_token_logps=ref,
                         behaviour_token_logps=[0.0] * len(r), version=0) for p, r, ref in rows]
-    out = with_reference(model, rollouts, tok.pad_token_id, 0.6)
-    for got, (p, r, ref) in zip(out[:3], rows):
+    batch = rollouts + [rollouts[1]]  # a replayed row, the same object twice
+    assert fill_reference(model, batch, tok.pad_token_id, 0.6) == 3
+    for got, (p, r, ref) in zip(rollouts[:3], rows):
         torch.testing.assert_close(torch.tensor(got.ref_token_logps),
                                    torch.tensor(_loop_logps(model, p, r, 0.6)), atol=1e-5, rtol=1e-5)
-    assert out[3].ref_token_logps == [-1.0, -2.0]
-    assert [r.ref_token_logps for r in rollouts] == [None, None, None, [-1.0, -2.0]]
+    assert rollouts[3].ref_token_logps == [-1.0, -2.0]
+    assert fill_reference(model, batch, tok.pad_token_id, 0.6) == 0
 
 
 def test_sampler_logprobs_match_scoring(tiny):

@@ -238,8 +238,7 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
     device = narrow_visible_devices(spec, searcher_id)  # first: before anything touches CUDA
     cfg = spec.cfg
     sync = cfg.async_.mode == "sync"
-    threads = cfg.async_.searcher_threads or (1 if not sync else max(1, torch.get_num_threads()))
-    torch.set_num_threads(threads)
+    torch.set_num_threads(cfg.async_.searcher_threads or 1)  # resolved by placement.plan
     torch.manual_seed(seed)
     policy, tokenizer = load_policy(cfg.model.path)
     policy.to(device).eval()

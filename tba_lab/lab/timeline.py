@@ -173,7 +173,8 @@ def run_measurements(run_dir) -> dict:
         ``score_seconds`` (medians per generation batch), ``update_seconds`` (median per trainer
         update, its reference pass included: :func:`trainer_seconds`), ``updates_per_minute``, ``staleness_mean``, ``staleness_max`` (from
         ``summary.json``), plus ``batch_prompts``, ``group_size``, ``searcher_threads``,
-        ``trainer_threads`` (the torch threads each process used), ``trainer_steps`` and
+        ``trainer_threads`` (the torch threads each process used: ``summary.json``'s
+        ``placement``), ``trainer_steps`` and
         ``wall_seconds``.
     """
     run_dir = Path(run_dir)
@@ -183,8 +184,8 @@ def run_measurements(run_dir) -> dict:
     batches = read_jsonl_rows(run_dir / "searchers.jsonl")
     updates = read_jsonl_rows(run_dir / "metrics.jsonl")
     mode = a.get("mode", "async")
-    cores = _cores()
-    auto = 1 if mode == "async" else cores  # the trainer's and searcher's "0 = auto" rule
+    placed = summary.get("placement") or {}  # the resolved threads (runs before it: the old rule)
+    auto = 1 if mode == "async" else _cores()
 
     def med(rows, key):
         vals = [r[key] for r in rows if r.get(key) is not None]
@@ -198,8 +199,8 @@ def run_measurements(run_dir) -> dict:
             "staleness_mean": summary.get("staleness_mean"),
             "staleness_max": summary.get("staleness_max"),
             "batch_prompts": tr.get("num_prompts_per_step"), "group_size": tr.get("num_generations"),
-            "searcher_threads": int(a.get("searcher_threads") or auto),
-            "trainer_threads": int(a.get("trainer_threads") or auto),
+            "searcher_threads": int(placed.get("searcher_threads") or a.get("searcher_threads") or auto),
+            "trainer_threads": int(placed.get("trainer_threads") or a.get("trainer_threads") or auto),
             "trainer_steps": summary.get("trainer_steps"), "wall_seconds": summary.get("wall_seconds")}
 
 

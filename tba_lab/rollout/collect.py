@@ -102,7 +102,7 @@ def reference_logprobs(reference, prompts: list[list[int]], responses: list[list
     """Per-token log pi_ref(y_t | x, y_<t) of each response, at the sampling temperature (the
     pi_ref of the paper's Eq. 2, summed over tokens in the TB loss, Eq. 5; docs/design.md
     sec. 1): the reference pass, wherever it runs (``async.reference_pass``:
-    in the searcher's :func:`rollout`, or in the trainer as it drains the searchers' messages).
+    in the searcher's :func:`rollout`, or in the trainer on the rows it samples: :func:`fill_reference`).
 
     Args:
         reference: the frozen reference policy (a causal LM).
@@ -118,27 +118,24 @@ def reference_logprobs(reference, prompts: list[list[int]], responses: list[list
     return [ref[n, :len(r)].tolist() for n, r in enumerate(responses)]
 
 
-def with_reference(reference, rollouts: list[Rollout], pad_id: int,
-                   temperature: float) -> list[Rollout]:
-    """``rollouts`` with :func:`reference_logprobs` filled in where they carry none (the
-    trainer's reference pass, ``async.reference_pass: trainer``); one batched pass, in which
-    repeated (prompt, response) pairs are scored once (:func:`response_logprobs`).
+def fill_reference(reference, rollouts: list[Rollout], pad_id: int, temperature: float) -> int:
+    """Give each rollout that carries no reference log-probs its :func:`reference_logprobs`, in
+    place (the trainer's reference pass, ``async.reference_pass: trainer``, on the rows of a
+    sampled batch: they are the replay buffer's own objects, so a row is scored once however
+    often it is replayed). One batched pass; a row that appears twice is scored once.
 
     Returns:
-        a new list of the same length and order (rollouts that needed log-probs replaced by
-        copies carrying them; ``rollouts`` itself is not changed).
+        int, the number of rollouts scored (0 when every row had its log-probs).
     Raises:
         ValueError: as :func:`reference_logprobs` (an empty prompt or response).
     """
-    todo = [n for n, r in enumerate(rollouts) if r.ref_token_logps is None]
-    if not todo:
-        return rollouts
-    ref = reference_logprobs(reference, [rollouts[n].prompt_ids for n in todo],
-                             [rollouts[n].response_ids for n in todo], pad_id, temperature)
-    out = list(rollouts)
-    for n, logps in zip(todo, ref):
-        out[n] = dataclasses.replace(rollouts[n], ref_token_logps=logps)
-    return out
+    todo = list({id(r): r for r in rollouts if r.ref_token_logps is None}.values())
+    if todo:
+        ref = reference_logprobs(reference, [r.prompt_ids for r in todo],
+                                 [r.response_ids for r in todo], pad_id, temperature)
+        for r, logps in zip(todo, ref):
+            r.ref_token_logps = logps
+    return len(todo)
 
 
 def rollout(backend, task, problems: list, num_generations: int, temperature: float,

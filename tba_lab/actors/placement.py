@@ -1,0 +1,153 @@
+"""Where the work of a run goes: torch threads per process and who runs the reference pass.
+
+Resolved once, before any process starts, from the configuration and the machine
+(:func:`plan`); the trainer prints it at start (:func:`describe`) and writes it to
+``summary.json`` (``placement``). A value set in the configuration always wins; ``0`` threads
+and ``reference_pass: auto`` are resolved here.
+
+**Threads** (``async.searcher_threads``, ``async.trainer_threads``; 0 = automatic). ``cores``
+is the number of cores this process may run on (``os.sched_getaffinity``, which honours
+``taskset`` and container CPU sets).
+
+* ``mode: sync``: the trainer and its searcher take turns, so each gets every core.
+* ``mode: async``, searchers on this machine's CPU: they and the trainer run at once, so the
+  cores are split and never oversubscribed while they last: the searchers share half of them,
+  ``s = max(1, (cores // 2) // n)`` threads each, and the trainer gets the rest,
+  ``t = max(1, cores - n * s)``. On 2 cores with one searcher that is 1 + 1; on 16 cores,
+  8 + 8 with one searcher, 2 each + 8 with four, 1 each + 8 with eight.
+* a searcher on a GPU (or a Ray actor, whose CPUs Ray reserves) uses 1 thread and counts as one
+  core taken; the trainer gets the rest as above.
+
+**Reference pass** (``async.reference_pass``; Eq. 5's log pi_ref of each response). The loss
+needs it for every row it trains on; where it runs decides whose time it takes:
+
+* ``searcher``: each searcher scores the batches it generates (the paper's layout). It costs
+  the trainer nothing, and the searchers more work per batch, on rows the trainer may never
+  sample.
+* ``trainer``: the trainer scores the rows of each batch it samples that carry no reference
+  log-probs yet (each row at most once: the scores are kept in the buffer), just before the
+  loss. Its work per update is at most one batch of B*K rows whatever the number of searchers,
+  and rows that are never sampled are never scored.
+* ``auto`` (the default): ``searcher`` when there are two or more searchers and each has a
+  device of its own (a GPU, a Ray actor, or a CPU core of its own beside the trainer's: ``cores
+  >= n + 1``); ``trainer`` otherwise. Why: with one searcher, or with searchers sharing the
+  trainer's cores, generation is the bottleneck and the trainer has time to spare (on 2 cores
+  with one searcher the searcher takes 0.42 s per batch against the trainer's 0.30 s per update,
+  docs/first_minute.md fourth round); once searchers have cores of their own they make more
+  rows than the trainer can train on, the trainer is the bottleneck, and every second of scoring
+  moved off it is an update gained (on 16 cores the trainer-side pass that scored every drained
+  row grew from 0.10 to 0.69 s per update with 1 to 8 searchers, while an update took 0.3 s:
+  the 2026-12-04 H200 machine's logs, docs/log.md).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+
+def available_cores() -> int:
+    """Cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count()`` where that
+    does not exist, e.g. macOS); at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A run's resolved placement.
+
+    Attributes:
+        cores: cores this process may use (:func:`available_cores`, or as given to :func:`plan`).
+        trainer_device: ``async.trainer_device``.
+        searcher_devices: each searcher's device, in searcher order.
+        trainer_threads: torch threads of the trainer process.
+        searcher_threads: torch threads of each searcher process.
+        reference_pass: ``"trainer"`` or ``"searcher"`` (``auto`` resolved).
+        reason: one line on why (names the rule or the option that decided).
+        mode_sync: ``async.mode`` is ``sync`` (the processes take turns on the cores).
+    """
+    cores: int
+    trainer_device: str
+    searcher_devices: tuple
+    trainer_threads: int
+    searcher_threads: int
+    reference_pass: str
+    reason: str
+    mode_sync: bool = False
+
+    def to_dict(self) -> dict:
+        """Plain data for ``summary.json``."""
+        d = asdict(self)
+        d["searcher_devices"] = list(self.searcher_devices)
+        return d
+
+
+def plan(cfg, cores: int | None = None) -> Placement:
+    """Resolve ``cfg``'s automatic thread counts and ``async.reference_pass: auto``.
+
+    Args:
+        cfg: a validated :class:`~tba_lab.config.RunConfig`.
+        cores: cores to plan for (default: :func:`available_cores`); tests and the notebooks'
+            what-if tables pass other machines' counts.
+
+    Returns:
+        a :class:`Placement`; the configuration is not changed (:func:`apply` makes the copy the
+        processes use).
+    """
+    from tba_lab.config import searcher_device
+
+    a = cfg.async_
+    cores = int(cores or available_cores())
+    n = a.num_searchers
+    devices = tuple(searcher_device(cfg, i) for i in range(n))
+    own_device = [d.startswith("cuda") or a.launcher != "local" for d in devices]
+    cpu_searchers = n - sum(own_device)
+    if a.mode == "sync":
+        s_auto, t_auto = cores, cores
+    else:
+        s_auto = max(1, (cores // 2) // max(1, cpu_searchers)) if cpu_searchers else 1
+        t_auto = max(1, cores - cpu_searchers * s_auto - (n - cpu_searchers))
+    s = a.searcher_threads or s_auto
+    t = a.trainer_threads or t_auto
+    if a.reference_pass != "auto":
+        ref, reason = a.reference_pass, f"async.reference_pass: {a.reference_pass}"
+    elif n < 2:
+        ref, reason = "trainer", "auto: one searcher, which is the bottleneck"
+    elif all(own_device) or cores >= n + 1:
+        ref, reason = "searcher", f"auto: {n} searchers, each with a device or core of its own"
+    else:
+        ref, reason = "trainer", f"auto: {n} searchers share {cores} cores with the trainer"
+    return Placement(cores, a.trainer_device, devices, int(t), int(s), ref, reason,
+                     a.mode == "sync")
+
+
+def apply(cfg, placement: Placement):
+    """A copy of ``cfg`` with ``placement``'s thread counts and reference pass written into
+    ``async`` (what the searcher processes and the trainer read)."""
+    from dataclasses import replace
+
+    resolved = replace(cfg.async_, trainer_threads=placement.trainer_threads,
+                       searcher_threads=placement.searcher_threads,
+                       reference_pass=placement.reference_pass)
+    return replace(cfg, async_=resolved)
+
+
+def describe(p: Placement, needs_reference: bool = True) -> str:
+    """One line for the start of a run, e.g. ``placement: 16 cores; trainer on cpu with 8
+    threads; 4 searchers on cpu with 2 threads each; reference pass in the searchers (auto: ...)``."""
+    devices = sorted(set(p.searcher_devices))
+    n = len(p.searcher_devices)
+    where = ", ".join(devices)
+    ref = (f"reference pass in the {p.reference_pass}{'s' if p.reference_pass == 'searcher' else ''}"
+           f" ({p.reason})" if needs_reference else "no reference pass (the loss reads none)")
+    line = (f"placement: {p.cores} cores; trainer on {p.trainer_device} with {p.trainer_threads} "
+            f"thread{'s' if p.trainer_threads > 1 else ''}; {n} searcher{'s' if n > 1 else ''} on "
+            f"{where} with {p.searcher_threads} thread{'s' if p.searcher_threads > 1 else ''}"
+            f"{' each' if n > 1 else ''}; {ref}")
+    cpu_searchers = sum(d == "cpu" for d in p.searcher_devices)
+    if cpu_searchers and not p.mode_sync and cpu_searchers * p.searcher_threads + p.trainer_threads > p.cores:
+        line += (f"; {cpu_searchers + 1} processes share {p.cores} cores, so each added searcher "
+                 f"slows every process, the trainer too")
+    return line
