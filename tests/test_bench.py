@@ -5,6 +5,7 @@ files (with fake legs); and curves.png's two kinds of held-out evaluation (tba_l
 The legs themselves are measured by running the script, not in tests (timing is not a test)."""
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -376,3 +377,169 @@ def test_per_update_is_deterministic_and_replays_the_batch(tmp_path, monkeypatch
     text = per_update.table([a, {**b, "seed": 1}])
     first = 100 * a["evals"][0][1]
     assert f"| tb | {first:.1f} ({first:.1f}-{first:.1f}) |" in text
+
+
+# ---------------------------------------------------------------- bench/scaling_check.py
+_sspec = importlib.util.spec_from_file_location(
+    "scaling_check", Path(__file__).parents[1] / "bench" / "scaling_check.py")
+scaling = importlib.util.module_from_spec(_sspec)
+_sspec.loader.exec_module(scaling)
+ROOT = Path(__file__).parents[1]
+
+
+def _fake_scaling_run(path: Path, summary: bool = True) -> None:
+    """A run folder with numbers worked out by hand in the test below."""
+    path.mkdir(parents=True)
+    rows = [(1, 5.0, 0.5, 4.0, 0.1), (2, 6.0, 0.6, 0.2, 0.2), (3, 7.0, 0.8, 0.1, 0.1),
+            (4, 8.0, 0.4, 0.5, 0.1)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(
+        {"step": s, "wall_seconds": w, "update_seconds": u, "wait_seconds": q,
+         "reference_seconds": r, "samples_generated": 16 * s}) + "\n" for s, w, u, q, r in rows))
+    (path / "searchers.jsonl").write_text("".join(json.dumps(
+        {"searcher_id": 0, "received": t, "gen_seconds": g, "rollouts": 16}) + "\n"
+        for t, g in [(4.0, 1.0), (5.5, 2.0), (7.9, 3.0), (8.5, 4.0)]))
+    (path / "eval.jsonl").write_text("".join(json.dumps(
+        {"step": i, "wall_seconds": t, "accuracy": a, "n": 200}) + "\n"
+        for i, (t, a) in enumerate([(0.0, 0.35), (4.0, 0.38), (8.0, 0.44), (10.0, 0.46)])))
+    (path / "config.yaml").write_text("algo: tb\nasync:\n  mode: async\n  num_searchers: 3\n"
+                                      "  searcher_threads: 0\n  trainer_threads: 0\n"
+                                      "  reference_pass: auto\ntb:\n  beta: 0.1\n")
+    if summary:
+        (path / "summary.json").write_text(json.dumps(
+            {"trainer_steps": 4, "wall_seconds": 10.0, "samples_generated": 64,
+             "updates_per_minute": 24.0, "staleness_mean": 0.5, "staleness_max": 2,
+             "accuracy_before": 0.35, "accuracy_after": 0.46, "searcher_failures": [],
+             "placement": {"reference_pass": "searcher", "trainer_threads": 8,
+                           "searcher_threads": 1, "cores": 16}}))
+
+
+def test_scaling_check_time_to_target_is_the_first_crossing_interpolated():
+    evals = [[0.0, 0.35], [4.0, 0.38], [8.0, 0.44], [10.0, 0.46]]
+    assert scaling.time_to(evals, 0.40) == pytest.approx(4 + 4 * 0.02 / 0.06, abs=0.05)  # 5.3 s
+    assert scaling.time_to(evals, 0.45) == pytest.approx(9.0)
+    assert scaling.time_to(evals, 0.35) == 0.0 and scaling.time_to(evals, 0.5) is None
+    assert scaling.time_to([[0, 0.3], [10, 0.5], [20, 0.2], [30, 0.6]], 0.4) == pytest.approx(5.0)
+    assert scaling.time_to([], 0.4) is None
+
+
+def test_scaling_check_leg_metrics_by_hand(tmp_path):
+    _fake_scaling_run(tmp_path / "r")
+    m = scaling.leg_metrics(tmp_path / "r")
+    # rows after the first: update 0.6 + 0.8 + 0.4, wait 0.2 + 0.1 + 0.5, reference 0.2 + 0.1 + 0.1
+    assert m["trainer_busy"] == pytest.approx(1.8 / 3.0)
+    assert (m["update_seconds"], m["wait_seconds"], m["reference_seconds"]) == (0.6, 0.2, 0.1)
+    assert m["steady_updates_per_minute"] == pytest.approx(60.0 * 3 / 3.0)  # steps 1..4 in 5..8 s
+    # received in (4.5 s, 8 s]: two batches of 16 in 3.5 s
+    assert m["steady_samples_per_minute"] == pytest.approx(60 * 32 / 3.5, abs=0.1)
+    assert m["samples_per_minute"] == 384.0 and m["updates_per_minute"] == 24.0
+    assert m["gen_seconds"] == 2.5 and m["generation_batches"] == 4
+    assert (m["staleness_mean"], m["staleness_max"], m["updates"]) == (0.5, 2, 4)
+    assert m["evals"][0] == [0.0, 0.35] and m["time_to_45"] == pytest.approx(9.0)
+    assert m["resolved"]["reference_pass"] == "searcher"
+    assert m["configured"]["reference_pass"] == "auto" and m["configured"]["searcher_threads"] == "0"
+    # a leg stopped before its summary: the rates come from metrics.jsonl
+    _fake_scaling_run(tmp_path / "stopped", summary=False)
+    m = scaling.leg_metrics(tmp_path / "stopped")
+    assert m["updates"] == 4 and m["wall_seconds"] == 8.0 and m["samples_per_minute"] == 480.0
+    assert m["updates_per_minute"] is None and m["trainer_busy"] == pytest.approx(0.6)
+
+
+def test_scaling_check_legs_are_valid_configs_that_leave_the_defaults_alone(tmp_path):
+    """Every leg builds (validation included) and sets only algo, mode, searchers and, for the
+    GPU group, the placement: thread counts and the reference pass stay the kit's defaults."""
+    from tba_lab.config import AsyncConfig, short_run
+
+    assert list(scaling.LEGS)[:3] == ["gpu_async_tba_n3", "gpu_async_tba_n6", "gpu_sync_tb"]
+    for name, (group, _) in scaling.LEGS.items():
+        over = scaling.leg_overrides(name, dry=False)
+        assert not {"reference_pass", "searcher_threads", "trainer_threads"} & set(over["async"])
+        cfg = short_run(tmp_path / name, 30, over, eval_size=200, interim_eval_size=200,
+                        eval_every_seconds=10)
+        a = cfg.async_
+        assert a.reference_pass == AsyncConfig().reference_pass and a.searcher_threads == 0
+        assert (a.trainer_device, a.searcher_devices) == (
+            ("cuda:0", ["cuda:0"]) if group == "gpu" else ("cpu", []))
+        assert cfg.training.num_prompts_per_step == 16 and cfg.training.max_steps == 0
+        dry = short_run(tmp_path / name, 20, scaling.leg_overrides(name, dry=True, max_updates=4))
+        assert dry.async_.trainer_device == "cpu" and dry.training.num_generations == 4
+        assert dry.training.max_steps == 4 and dry.async_.num_searchers == a.num_searchers
+    assert scaling.LEGS["gpu_async_tba_n6"][1]["async"]["num_searchers"] == 6
+    assert scaling.LEGS["gpu_sync_grpo"][1] == {"algo": "grpo", "async": {"mode": "sync", "num_searchers": 1}}
+
+
+def test_scaling_check_runs_seed_major_skips_at_the_deadline_and_keeps_out_clean(
+        tmp_path, monkeypatch):
+    """Fake legs (no training): seed-major order, keys per seed, the deadline's skips in both
+    reports, one tar of the logs, and no run folder in the output or the temporary folder."""
+    order = []
+
+    def fake(spec, limit):
+        order.append((spec["seed"], spec["leg"]))
+        _fake_scaling_run(Path(spec["run_dir"]))
+        (Path(spec["run_dir"]) / "buffer.pt").write_text("x")  # not a log: left out of the tar
+        return scaling.leg_metrics(spec["run_dir"])
+
+    monkeypatch.setattr(scaling, "run_leg", fake)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    out = tmp_path / "out"
+    assert scaling.main(["--out", str(out), "--cpu-dry-run", "--legs", "cpu_sync_tb",
+                         "gpu_sync_tb", "--seeds", "0", "1"]) == 0
+    assert order == [(0, "cpu_sync_tb"), (0, "gpu_sync_tb"), (1, "cpu_sync_tb"), (1, "gpu_sync_tb")]
+    data = json.loads((out / "scaling_check.json").read_text())
+    assert list(data["legs"]) == ["cpu_sync_tb_s0", "gpu_sync_tb_s0", "cpu_sync_tb_s1", "gpu_sync_tb_s1"]
+    assert data["legs"]["gpu_sync_tb_s1"]["trainer_busy"] == pytest.approx(0.6)
+    assert data["settings"]["dry_run"] is True and data["environment"]["cpu_count"] >= 1
+    assert sorted(p.name for p in out.iterdir()) == ["scaling_check.json", "scaling_check.md",
+                                                     "scaling_runs.tgz"]
+    import tarfile
+    names = tarfile.open(out / "scaling_runs.tgz").getnames()
+    assert "scaling_runs/gpu_sync_tb_s1/metrics.jsonl" in names and not any("buffer" in n for n in names)
+    md = (out / "scaling_check.md").read_text()
+    assert "| cpu_sync_tb_s0 | 24.0 | 60.0 | 384 | 549 | 0.50/2 | 0.60 | searcher, 8/1 |" in md
+    assert list((tmp_path / "tmp").iterdir()) == []  # the temporary folder is gone
+    # no time left: every leg is skipped, and says so
+    assert scaling.main(["--out", str(out), "--cpu-dry-run", "--deadline", "0"]) == 0
+    data = json.loads((out / "scaling_check.json").read_text())
+    assert list(data["legs"]) == scaling.DRY_LEGS
+    assert all("left before the deadline" in r["skipped"] for r in data["legs"].values())
+    assert "skipped: 0 s left before the deadline" in (out / "scaling_check.md").read_text()
+
+
+def test_scaling_check_cpu_dry_run(tmp_path):
+    """bench/scaling_check.sh --cpu-dry-run: the real code path (a process per leg, training,
+    the logs read back) on tiny budgets: real rates, no error, at most 8 files, no run folders."""
+    import subprocess
+    import sys
+    import time
+
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
+    t0 = time.time()
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "scaling_check.sh"), str(out), "--cpu-dry-run"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads((out / "scaling_check.json").read_text())
+    assert data["settings"]["dry_run"] is True and list(data["legs"]) == scaling.DRY_LEGS
+    for name, r in data["legs"].items():
+        assert "error" not in r and "skipped" not in r, (name, r)
+        assert r["updates"] >= 2 and not r["searcher_failures"], (name, r)
+        for key in ("updates_per_minute", "steady_updates_per_minute", "samples_per_minute",
+                    "steady_samples_per_minute", "update_seconds", "gen_seconds"):
+            assert r[key] > 0, (name, key, r[key])
+        assert 0 < r["trainer_busy"] <= 1 and r["staleness_max"] >= 0
+        assert r["evals"][0][0] == 0.0 and len(r["evals"]) >= 2  # before and after at least
+        assert r["configured"]["mode"] == name.split("_")[1]  # sync or async
+        assert r["overrides"]["training"]["num_generations"] == 4
+    assert data["legs"]["cpu_sync_tb"]["staleness_max"] == 0
+    files = [p for p in out.rglob("*")]
+    assert sorted(p.name for p in files) == ["scaling_check.json", "scaling_check.log",
+                                             "scaling_check.md", "scaling_runs.tgz"]
+    assert len(files) <= 8 and not any(p.is_dir() for p in files)
+    assert not list(tmp.glob("scaling_check_*"))  # run folders removed with their temporary folder
+    md = (out / "scaling_check.md").read_text()
+    assert md.startswith("# Scaling check (CPU dry run)") and "| gpu_async_tba_n3 | " in md
+    print(f"scaling_check dry run took {time.time() - t0:.0f} s")

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# The ONE command for a GPU machine (one H200, 16 cores, no network): every device check of the
+# project in under 9 minutes, each part with its own `timeout`, a failing part never stopping the
+# next:
+#   1. wheels: papermill, ipykernel and what they need that the machine lacks, from .whl/ (made
+#      here, never committed) into /tmp/site (used by part 4 only);
+#   2. bench/gpu_check.sh --run-seconds 30 --budget 110 (CUDA IPC, sync latency, log-prob
+#      agreement, a 30-s async run; about 80 s, at most 150 s);
+#   3. bench/scaling_check.sh (async TBA with 1-8 searchers against sync TB / GRPO, on the GPU and
+#      on CPU processes), with a --deadline of what is left after leaving part 4 its time;
+#   4. notebook 10 (notebooks/10_multi_gpu.ipynb) through papermill (kernel python3) with
+#      SMOKE=True, USE_SOLUTIONS=True, so its GPU branch runs (trainer and searchers on cuda:0;
+#      about 90 s, at most 130 s).
+#
+#   bench/device_checks.sh [OUT_DIR]     (OUT_DIR: the first argument, else $OUT, else runs/device_checks)
+#   DRY=1 bench/device_checks.sh /tmp/dc (CPU dry run: the CPU dry runs of parts 2 and 3, the
+#                                         notebook in SMOKE on the CPU; a few minutes on 2 cores)
+#
+# Writes at most 7 files in OUT_DIR: device_checks.md (each part's status, seconds, the key
+# results), gpu_check.md/.json, scaling_check.md/.json, 10_multi_gpu.ipynb (executed) and
+# device_checks_logs.tgz (every log, gpu_check's async run logs, scaling_runs.tgz, the notebook's
+# metrics.json and figures, the environment). Settings (environment): PYTHON (default python3,
+# or .venv/bin/python in a dry run), PARTS (default "wheels gpu_check scaling nb10"), TOTAL
+# (seconds for everything, default 540), DRY=1, WHEELS=1 (install the wheels even when papermill
+# is already importable), SCALING_ARGS (more flags for scaling_check.sh, e.g. "--legs ...").
+set -u
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+OUT_DIR="${1:-${OUT:-runs/device_checks}}"
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+DRY="${DRY:-0}"
+TOTAL="${TOTAL:-540}"
+PARTS="${PARTS:-wheels gpu_check scaling nb10}"
+if [ -z "${PYTHON:-}" ]; then
+  if [ "$DRY" = 1 ] && [ -x .venv/bin/python ]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+fi
+export PYTHON  # gpu_check.sh and scaling_check.sh use it
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1
+unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF  # CUDA IPC refuses expandable segments
+T0=$(date +%s)
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/device_checks.XXXXXX")"  # run folders and logs; removed at the end
+LOGS="$WORK/logs"
+mkdir -p "$LOGS"
+trap 'rm -rf "$WORK"' EXIT
+SITE=/tmp/site
+ROWS=()   # "| part | rc | seconds | note |" lines for device_checks.md
+FAILED=0
+
+elapsed() { echo $(( $(date +%s) - T0 )); }
+wanted() { case " $PARTS " in *" $1 "*) return 0;; *) return 1;; esac; }
+# descendants PID: PID and every process below it (from /proc; whatever session or group they
+# made for themselves: scaling_check's legs, papermill's kernel)
+descendants() {
+  local root="$1" f st p
+  declare -A kids=()
+  for f in /proc/[0-9]*/stat; do
+    st=$(cat "$f" 2>/dev/null) || continue
+    st=${st##*) }; set -- $st; p=${f#/proc/}; p=${p%/stat}
+    kids[$2]+=" $p"
+  done
+  local todo=("$root") out=() q
+  while [ ${#todo[@]} -gt 0 ]; do
+    q=${todo[0]}; todo=("${todo[@]:1}"); out+=("$q")
+    for p in ${kids[$q]:-}; do todo+=("$p"); done
+  done
+  echo "${out[@]}"
+}
+# run NAME LIMIT_S NOTE CMD...: CMD under `timeout LIMIT_S`, in a session of its own, its output
+# in $LOGS/NAME.log (the last lines printed); if anything of it is still running 25 s after the
+# limit, SIGTERM to the whole process tree, SIGKILL 20 s later
+run() {
+  local name="$1" limit="$2" note="$3"; shift 3
+  local t=$(date +%s) pid rc left
+  echo "=== device_checks: $name (limit ${limit} s, $(elapsed) s in): $*"
+  setsid -w timeout -k 20 "$limit" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t )) -lt $(( limit + 25 )) ]; do sleep 1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    left=$(descendants "$pid")
+    echo "device_checks: $name still running past its limit; stopping processes $left"
+    kill -TERM $left 2>/dev/null; sleep 20; kill -KILL $left 2>/dev/null
+  fi
+  wait "$pid"; rc=$?
+  local s=$(( $(date +%s) - t ))
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && note="$note; STOPPED at its ${limit}-s limit"
+  [ $rc -ne 0 ] && FAILED=1
+  ROWS+=("| $name | $rc | $s | $note |")
+  tail -n 25 "$LOGS/$name.log"
+  echo "=== device_checks: $name ended rc=$rc after ${s} s ==="
+  collect
+  return 0
+}
+skip() { ROWS+=("| $1 | - | 0 | skipped: $2 |"); echo "=== device_checks: $1 skipped: $2 ==="; }
+
+# collect: the reports into OUT_DIR (at most 7 files), rewritten after every part so that a
+# stopped run still returns what it did
+collect() {
+  cp "$WORK/gpu_check/gpu_check.md" "$WORK/gpu_check/gpu_check.json" "$OUT_DIR/" 2>/dev/null
+  cp "$WORK/scaling/scaling_check.md" "$WORK/scaling/scaling_check.json" "$OUT_DIR/" 2>/dev/null
+  cp "$WORK/10_multi_gpu.ipynb" "$OUT_DIR/" 2>/dev/null
+  {
+    echo "# Device checks ($([ "$DRY" = 1 ] && echo 'CPU dry run' || (nvidia-smi -L 2>/dev/null | head -1 | cut -d'(' -f1)))"
+    echo
+    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(elapsed) s in all (limit $TOTAL s). Python: $PYTHON."
+    echo
+    echo "| part | rc | seconds | note |"
+    echo "|---|---|---|---|"
+    printf '%s\n' "${ROWS[@]}"
+    echo
+    if [ -f "$WORK/nb10/metrics.json" ]; then
+      echo "Notebook 10's metrics.json (device \"cuda\" = its GPU branch ran):"
+      echo
+      echo '```'
+      cat "$WORK/nb10/metrics.json"
+      echo '```'
+    elif wanted nb10; then
+      echo "Notebook 10 wrote no metrics.json (see nb10.log in device_checks_logs.tgz)."
+    fi
+    for f in gpu_check scaling; do
+      [ -f "$LOGS/$f.log" ] && grep -q -E "Traceback|Error|failed" "$LOGS/$f.log" && {
+        echo; echo "$f.log, the last lines naming an error:"; echo '```'
+        grep -E -A3 "Traceback|Error|failed" "$LOGS/$f.log" | tail -15; echo '```'; }
+    done
+  } > "$OUT_DIR/device_checks.md"
+  cp "$OUT_DIR/device_checks.md" "$LOGS/" 2>/dev/null
+  # everything small: logs, gpu_check's async run logs, scaling_runs.tgz, the notebook's figures
+  ( cd "$WORK" && tar czf "$OUT_DIR/device_checks_logs.tgz" logs \
+      $(ls -d gpu_check 2>/dev/null) \
+      $(ls scaling/scaling_runs.tgz scaling/scaling_check.log 2>/dev/null) \
+      $(ls nb10/*.json nb10/*.png 2>/dev/null) 2>/dev/null )
+}
+
+# ---------------------------------------------------------------- 0. the environment
+{
+  date; echo "DRY=$DRY PARTS=$PARTS TOTAL=$TOTAL PYTHON=$PYTHON"; uname -a; nproc
+  nvidia-smi -L 2>&1 | head -4
+  "$PYTHON" -c "import sys, torch, transformers; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'transformers', transformers.__version__)" 2>&1
+  free -g 2>/dev/null | head -2
+} > "$LOGS/env.txt" 2>&1
+cat "$LOGS/env.txt"
+
+# ---------------------------------------------------------------- 1. wheels (for part 4)
+NB_PYTHONPATH="$REPO"
+have_papermill() { "$PYTHON" -c "import papermill, ipykernel" >/dev/null 2>&1; }
+if wanted wheels; then
+  if ! ls .whl/*.whl >/dev/null 2>&1; then
+    skip wheels "no .whl/ folder (carry .whl)"
+  elif have_papermill && [ "${WHEELS:-0}" != 1 ]; then
+    skip wheels "$PYTHON already imports papermill and ipykernel"
+  else
+    rm -rf "$SITE"
+    run wheels 90 "$(ls .whl/*.whl | wc -l) wheels into $SITE" \
+      "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl
+    NB_PYTHONPATH="$REPO:$SITE"  # only what this run installed (an older /tmp/site may not fit $PYTHON)
+  fi
+fi
+
+# ---------------------------------------------------------------- 2. the GPU check
+if wanted gpu_check; then
+  if [ "$DRY" = 1 ]; then
+    run gpu_check 240 "CPU dry run" bash bench/gpu_check.sh "$WORK/gpu_check" --cpu-dry-run
+  else
+    run gpu_check 150 "--run-seconds 30 --budget 110" bash bench/gpu_check.sh "$WORK/gpu_check" --run-seconds 30 --budget 110
+  fi
+fi
+
+# ---------------------------------------------------------------- 3. the scaling check
+NB_RESERVE=140  # part 4's limit (130 s) and the collection
+if wanted scaling; then
+  # legs must end by the deadline; 30 s on top for the last leg's stop and the reports
+  left=$(( TOTAL - $(elapsed) - 30 ))
+  wanted nb10 && left=$(( left - NB_RESERVE ))
+  cap=330; [ "$DRY" = 1 ] && cap=150
+  deadline=$(( left < cap ? left : cap ))
+  if [ "$deadline" -lt 45 ]; then
+    skip scaling "only ${deadline} s would be left for its legs"
+  else
+    dry_flag=(); [ "$DRY" = 1 ] && dry_flag=(--cpu-dry-run)
+    run scaling $(( deadline + 50 )) "--deadline $deadline" \
+      env SCALING_CHECK_LIMIT=$(( deadline + 25 )) bash bench/scaling_check.sh "$WORK/scaling" --deadline "$deadline" "${dry_flag[@]}" ${SCALING_ARGS:-}
+  fi
+fi
+
+# ---------------------------------------------------------------- 4. notebook 10
+if wanted nb10; then
+  limit=$(( TOTAL - $(elapsed) - 10 )); [ $limit -gt 130 ] && limit=130
+  if [ $limit -lt 30 ]; then
+    skip nb10 "only ${limit} s left"
+  else
+    mkdir -p "$WORK/nb10" "$WORK/jupyter" "$WORK/ipython"
+    # the kernel, its runtime files and IPython's profile stay in $WORK (home may be read-only)
+    export JUPYTER_RUNTIME_DIR="$WORK/jupyter/runtime" IPYTHONDIR="$WORK/ipython" JUPYTER_PLATFORM_DIRS=1
+    # python3 is ipykernel's native kernel (the running interpreter); register it only if missing
+    PYTHONPATH="$NB_PYTHONPATH" "$PYTHON" -c "import sys; from jupyter_client.kernelspec import KernelSpecManager as K; sys.exit('python3' not in K().find_kernel_specs())" >/dev/null 2>&1 \
+      || PYTHONPATH="$NB_PYTHONPATH" "$PYTHON" -m ipykernel install --user --name python3 >> "$LOGS/nb10_kernel.log" 2>&1
+    run nb10 "$limit" "SMOKE=True USE_SOLUTIONS=True RUN_SECONDS=20" \
+      env PYTHONPATH="$NB_PYTHONPATH" "$PYTHON" -m papermill notebooks/10_multi_gpu.ipynb "$WORK/10_multi_gpu.ipynb" -k python3 \
+        --cwd "$REPO" --log-output --no-progress-bar \
+        -p SMOKE True -p USE_SOLUTIONS True -p SEED 0 -p RUN_SECONDS 20 -p OUTPUT_DIR "$WORK/nb10"
+  fi
+fi
+
+collect
+echo
+cat "$OUT_DIR/device_checks.md"
+[ -f "$OUT_DIR/scaling_check.md" ] && cat "$OUT_DIR/scaling_check.md"
+echo "device_checks: $(ls "$OUT_DIR" | wc -l) files in $OUT_DIR, $(elapsed) s in all"
+exit $FAILED
