@@ -167,3 +167,201 @@ def test_overhead_is_the_median_wait_or_with_a_replay_bound_the_smallest():
     assert _overhead(rows, "async", 1.0) == 0.002
     assert _overhead(rows, "async", 0.0) == pytest.approx(0.055)
     assert _overhead(rows, "sync", 1.0) == 0.0 and _overhead(rows[:1], "async", 1.0) == 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Reference pass placement, threads, shared devices (issue 32) and the scaling prediction
+# ----------------------------------------------------------------------------------------------
+
+
+def test_amdahl_and_processor_sharing_count_threads():
+    from tba_lab.lab.simulate import actor_rates, amdahl_speedup
+
+    assert amdahl_speedup(1, 0.7) == pytest.approx(1.0)
+    assert amdahl_speedup(2, 0.5) == pytest.approx(4 / 3)      # 1 / (0.5 + 0.25)
+    assert amdahl_speedup(8, 1.0) == pytest.approx(8.0)
+    with pytest.raises(ValueError):
+        amdahl_speedup(0, 0.5)
+    # 8 + 8 threads on 16 cores: no sharing; measured with 1 thread, p = 0.5: S(8) = 1 / 0.5625
+    assert actor_rates([("update", 8), ("generate", 8)], cores=16, timing_threads=1,
+                       parallel_fraction=0.5) == pytest.approx([1 / 0.5625] * 2)
+    # 3 processes x 4 threads on 6 cores: each thread gets half a core; no scaling asked
+    assert actor_rates([("update", 4), ("generate", 4), ("generate", 4)], cores=6) == \
+        pytest.approx([0.5, 0.5, 0.5])
+    # a searcher in its hand-over (waiting, IPC) takes no core from the trainer
+    assert actor_rates([("handover", 1), ("update", 1)], cores=1) == pytest.approx([1.0, 1.0])
+    # the same in a simulated run: trainer and searcher with 2 threads each on 2 cores, both
+    # always busy (slow searcher with room for 2 batches, no replay bound): the trainer runs
+    # at half speed
+    r = simulate(1.0, 0.0, 0.3, cores=2, trainer_threads=2, searcher_threads=2, queue_size=2,
+                 max_replay_ratio=0.0, initial_fill=128, duration=60)
+    assert r.steady_updates_per_minute == pytest.approx(100.0, rel=1e-6)  # 60 / (0.3 / 0.5)
+    # thread scaling alone: 2 threads, measured with 1, update fully parallel: twice as fast
+    r = simulate(1.0, 0.0, 0.3, cores=None, trainer_threads=2, timing_threads=1,
+                 parallel_fraction={"update": 1.0}, max_replay_ratio=0.0, initial_fill=128,
+                 duration=60)
+    assert r.steady_updates_per_minute == pytest.approx(400.0, rel=1e-6)  # 60 / 0.15
+
+
+def test_one_gpu_time_slices_among_busy_processes():
+    from tba_lab.lab.simulate import actor_rates
+
+    assert actor_rates([("update", 1)] * 3, gpu_slowdown=0.25) == pytest.approx([1 / 1.5] * 3)
+    assert actor_rates([("update", 13), ("handover", 1)], cores=16, gpu_slowdown=0.25) == \
+        pytest.approx([1.0, 1.0])
+    # trainer + 2 searchers always busy (searchers slower than the trainer, no replay bound):
+    # each runs 1 + 0.25 * 2 = 1.5 times slower
+    r = simulate(0.5, 0.1, 0.3, num_searchers=2, cores=None, gpu_slowdown=0.25,
+                 max_replay_ratio=0.0, duration=120)
+    assert r.steady_updates_per_minute == pytest.approx(200.0 / 1.5, rel=1e-6)
+    assert simulate(0.5, 0.1, 0.3, num_searchers=2, cores=None, gpu_slowdown=0.0,
+                    max_replay_ratio=0.0, duration=120).steady_updates_per_minute == \
+        pytest.approx(200.0, rel=1e-6)
+
+
+def test_trainer_drained_reference_work_grows_with_searchers_sampled_does_not():
+    """Fast searchers (one batch each per trainer cycle), no contention, no replay bound,
+    newest rows first (m = 1). Drained: the trainer scores every batch it drains, so a cycle
+    is 0.3 + n x 0.1 s; sampled: it scores the 128 rows it trains on, all new, 0.3 + 0.1 s."""
+    kw = dict(cores=None, duration=60, max_replay_ratio=0.0, recency_prob=1.0, initial_fill=128,
+              ref_seconds=0.1)
+    d1 = simulate(0.1, 0.0, 0.3, num_searchers=1, reference_pass="trainer_drained", **kw)
+    d4 = simulate(0.1, 0.0, 0.3, num_searchers=4, reference_pass="trainer_drained", **kw)
+    s1 = simulate(0.1, 0.0, 0.3, num_searchers=1, reference_pass="trainer_sampled", **kw)
+    s4 = simulate(0.1, 0.0, 0.3, num_searchers=4, reference_pass="trainer_sampled", **kw)
+    assert d1.steady_updates_per_minute == pytest.approx(150.0, rel=0.01)   # 60 / 0.4
+    assert d4.steady_updates_per_minute == pytest.approx(60 / 0.7, rel=0.01)
+    assert s1.steady_updates_per_minute == pytest.approx(150.0, rel=0.01)
+    assert s4.steady_updates_per_minute == pytest.approx(150.0, rel=0.01)
+    for r in (s1, s4):
+        assert r.trainer_reference_seconds <= 0.1 * r.updates_begun + 1e-9
+    assert d4.trainer_reference_seconds == pytest.approx(0.1 * d4.batches, rel=0.02)
+
+
+def test_sampled_reference_scores_each_row_once_and_searcher_pass_costs_the_searcher():
+    # a slow searcher and a fast trainer replaying (no bound): only the first update on each
+    # new batch scores it; the replays of scored rows cost nothing
+    r = simulate(1.0, 0.0, 0.1, cores=None, duration=30, max_replay_ratio=0.0, recency_prob=1.0,
+                 initial_fill=128, ref_seconds=0.1, reference_pass="trainer_sampled")
+    assert r.updates > 3 * r.batches
+    assert r.trainer_reference_seconds == pytest.approx(0.1 * r.batches, abs=0.1 + 1e-9)
+    # with recency 0.5 some sampled groups were scored before: a pass whose cost follows the
+    # rows (fixed fraction 0) costs less than a full one per update; a launch-bound pass
+    # (fixed fraction 1) costs a full one whenever any row is new, here every update
+    kw = dict(num_searchers=4, cores=None, duration=30, max_replay_ratio=0.0, recency_prob=0.5,
+              initial_fill=512, ref_seconds=0.1, reference_pass="trainer_sampled")
+    rows = simulate(0.1, 0.0, 0.3, ref_fixed_fraction=0.0, **kw)
+    calls = simulate(0.1, 0.0, 0.3, ref_fixed_fraction=1.0, **kw)
+    assert rows.trainer_reference_seconds / rows.updates_begun < 0.098
+    assert calls.trainer_reference_seconds / calls.updates_begun == pytest.approx(0.1, rel=0.02)
+    # in the searchers: the job grows by the pass, the trainer does none; rho = 1 binds the
+    # trainer to one update per batch of 0.2 + 0.1 s
+    s = simulate(0.2, 0.0, 0.1, cores=None, duration=60, max_replay_ratio=1.0, ref_seconds=0.1,
+                 reference_pass="searcher", initial_fill=128)
+    assert s.steady_updates_per_minute == pytest.approx(200.0, rel=0.02)
+    assert s.trainer_reference_seconds == 0.0
+    with pytest.raises(ValueError):
+        simulate(0.2, 0.0, 0.1, reference_pass="elsewhere")
+
+
+def test_handover_lengthens_the_sync_cycle():
+    r = simulate(0.2, 0.1, 0.3, mode="sync", duration=60, initial_fill=0, handover_seconds=0.05)
+    assert r.steady_updates_per_minute == pytest.approx(60 / 0.65, rel=1e-6)
+    assert r.updates_begun in (r.updates, r.updates + 1)
+
+
+def test_split_timings_from_logs():
+    from tba_lab.lab.simulate import _split_timings
+
+    metrics = [{"update_seconds": u, "reference_seconds": 0.1, "wait_seconds": w,
+                "gen_seconds": 0.5, "score_seconds": 0.0} for u, w in
+               ((0.3, 9.0), (0.2, 0.52), (0.2, 0.51), (0.2, 0.53))]
+    batches = [{"searcher_id": 0, "t_start": s, "t_end": s + 0.5, "received": s + 0.6,
+                "gen_seconds": g} for s, g in ((0.0, 0.9), (0.605, 0.5), (1.21, 0.5), (1.815, 0.5))]
+    sync = _split_timings(metrics, batches, "sync", wall=10.3, budget=10.0)
+    assert sync["handover_seconds"] == pytest.approx(0.02)      # median of 0.02, 0.01, 0.03
+    assert sync["ref_seconds"] == pytest.approx(0.1)            # 0.4 s over 4 batches
+    assert sync["update_only_seconds"] == pytest.approx(0.2)
+    assert sync["searcher_warmup_seconds"] == pytest.approx(0.4)
+    assert sync["stop_seconds"] == pytest.approx(0.3)
+    asy = _split_timings(metrics, batches, "async", wall=10.0, budget=10.0)
+    assert asy["handover_seconds"] == pytest.approx(0.005 + 0.1)  # drain -> start + fastest trip
+
+
+def test_new_default_placement_restates_the_kits_rules():
+    from tba_lab.lab.simulate import new_default_placement
+
+    p = new_default_placement
+    assert p("cpu", "async", 1) == {"reference_pass": "trainer_sampled", "trainer_threads": 8,
+                                    "searcher_threads": 8}
+    assert p("cpu", "async", 4) == {"reference_pass": "searcher", "trainer_threads": 8,
+                                    "searcher_threads": 2}
+    assert p("cpu", "async", 8)["searcher_threads"] == 1
+    assert p("cpu", "async", 1, cores=2) == {"reference_pass": "trainer_sampled",
+                                             "trainer_threads": 1, "searcher_threads": 1}
+    assert p("cpu", "async", 2, cores=2)["reference_pass"] == "trainer_sampled"  # 2 < n + 1
+    assert p("gpu", "sync", 1, needs_reference=False)["reference_pass"] == "none"
+    placement = pytest.importorskip("tba_lab.actors.placement")
+    from tba_lab.config import from_dict
+
+    for device, mode, n, cores in [("cpu", "async", 1, 16), ("cpu", "async", 2, 16),
+                                   ("cpu", "async", 8, 16), ("cpu", "sync", 1, 16),
+                                   ("cpu", "async", 3, 2), ("gpu", "async", 3, 16),
+                                   ("gpu", "async", 1, 16)]:
+        a = {"mode": mode, "num_searchers": n}
+        if device == "gpu":
+            a.update(trainer_device="cuda:0", searcher_devices=["cuda:0"])
+        kit = placement.plan(from_dict({"async": a}), cores=cores)
+        mine = p(device, mode, n, cores)
+        assert (mine["trainer_threads"], mine["searcher_threads"]) == \
+            (kit.trainer_threads, kit.searcher_threads), (device, mode, n, cores)
+        assert mine["reference_pass"] == {"trainer": "trainer_sampled"}.get(
+            kit.reference_pass, kit.reference_pass), (device, mode, n, cores)
+
+
+# The 2026-12-04 measurements (one NVIDIA H200 + 16 CPU cores; runs of 25 s on CPU, 30 s on
+# the GPU): the 1-searcher runs' timings (run_timings of cpu_async_tb_n1 and gpu_sync_tb) and,
+# as targets only, the summary rates of the runs with more searchers.
+CPU_N1 = {"run": "cpu_async_tb_n1", "gen_seconds": 0.3808, "score_seconds": 0.0020,
+          "update_only_seconds": 0.2919, "ref_seconds": 0.0964, "overhead_seconds": 0.001,
+          "handover_seconds": 0.0068, "jitter": 0.124, "searcher_start_seconds": 12.0482,
+          "searcher_warmup_seconds": 0.0, "budget_seconds": 25.0, "stop_seconds": 0.4}
+GPU_SYNC = {"run": "gpu_sync_tb", "gen_seconds": 0.1357, "score_seconds": 0.0014,
+            "update_only_seconds": 0.0453, "ref_seconds": 0.0189, "overhead_seconds": 0.0,
+            "handover_seconds": 0.0072, "jitter": 0.1721, "searcher_start_seconds": 12.5771,
+            "searcher_warmup_seconds": 0.4668, "budget_seconds": 30.0, "stop_seconds": 0.2,
+            "async_overhead_seconds": 0.001}  # a sync run has no async loop: the CPU run's
+MEASURED = {  # (updates/min, samples/min), summary.json: per minute of wall_seconds
+    ("cpu", 4): (44.19, 21135), ("cpu", 8): (35.71, 28952), ("gpu", 6): (243.56, 94543)}
+
+
+@pytest.mark.parametrize("device, n", sorted(MEASURED))
+def test_calibrated_on_one_searcher_predicts_more_searchers_within_25_percent(device, n):
+    """Old defaults (the trainer scores every drained batch, 1 torch thread per process)."""
+    from tba_lab.lab.simulate import CALIBRATION_2026_12_04, MODEL_PARAMETERS, simulate_leg
+
+    assert CALIBRATION_2026_12_04 == {"cpu": CPU_N1, "gpu": GPU_SYNC}  # the embedded constants
+    calib = CPU_N1 if device == "cpu" else GPU_SYNC
+    upm, spm = MEASURED[device, n]
+    sim = simulate_leg(calib, MODEL_PARAMETERS, device, "async", n, calib["budget_seconds"],
+                       "trainer_drained", seeds=3)
+    assert sim["updates_per_minute"] == pytest.approx(upm, rel=0.25), sim
+    assert sim["samples_per_minute"] == pytest.approx(spm, rel=0.25), sim
+
+
+def test_prediction_report_and_script_help():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tba_lab.lab.simulate import MODEL_PARAMETERS, predict_scaling, prediction_report
+
+    result = predict_scaling(params={**MODEL_PARAMETERS, "seeds": 1}, validation_only=True)
+    errors = {r["leg"]: r["updates_per_minute_err"] for r in result["validation"]}
+    assert set(errors) >= {"cpu_async_tb_n4", "cpu_async_tb_n8", "gpu_async_tba_n6"}
+    text = prediction_report(result, command="cmd")
+    assert "| gpu_async_tba_n6 |" in text and "`cmd`" in text and "leaves out" in text
+    script = Path(__file__).resolve().parents[1] / "bench" / "predict_scaling.py"
+    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "--measurements" in out.stdout and "--measure" in out.stdout
