@@ -21,7 +21,8 @@ negative time).
 
 Functions: :func:`load_timeline`, :func:`plot_timeline`, :func:`busy_fraction`,
 :func:`fresh_staleness_max`, :func:`arrival_lags`, :func:`run_measurements`,
-:func:`trainer_seconds`.
+:func:`trainer_seconds`, :func:`time_per_update`, :func:`format_time_per_update`,
+:func:`plot_time_per_update`.
 """
 from __future__ import annotations
 
@@ -266,3 +267,183 @@ def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legen
               loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(labels) < 3 else -0.25),
               ncol=3, fontsize=8, frameon=False)
     return ax
+
+
+# The parts of :func:`time_per_update`, in drawing order, with the log field each is the median of.
+TRAINER_PARTS = {"update": "update_seconds", "reference": "reference_seconds", "wait": "wait_seconds"}
+SEARCHER_PARTS = {"generation": "gen_seconds", "scoring": "score_seconds", "sync": "sync_seconds"}
+
+
+def _median(rows: list[dict], key: str, absent=None):
+    """Median of ``key`` over the rows that have it (``absent`` stands in for a missing key when
+    not None); None when no row has it."""
+    vals = [r.get(key, absent) for r in rows]
+    vals = [float(v) for v in vals if v is not None]
+    return float(statistics.median(vals)) if vals else None
+
+
+def time_per_update(run_dir) -> dict:
+    """Where the trainer's time per update and each searcher's time per batch go in one run.
+
+    Reads a :func:`tba_lab.trainer.train` output directory:
+
+    * ``metrics.jsonl``, one row per logged trainer update: ``update_seconds`` (loss, backward,
+      optimizer step, publish), ``reference_seconds`` (the trainer's reference pass on the rows
+      of that update's batch; a row without the field counts 0, as in :func:`trainer_seconds`)
+      and ``wait_seconds`` (draining the queue, sampling the buffer, waiting for data; the
+      first update's wait includes the initial fill);
+    * ``searchers.jsonl``, one row per generation batch the trainer received: ``gen_seconds``
+      (sampling the responses), ``score_seconds`` (rewards, and reference log-probs when the
+      searchers do the reference pass) and ``sync_seconds`` (pulling and loading new weights
+      before the batch; 0.0 when none were published since its previous batch);
+    * ``summary.json`` (``updates_per_minute``, ``samples_generated``, ``wall_seconds``,
+      ``placement.reference_pass``) and
+      ``config.yaml`` (``async.mode``, ``async.num_searchers``, ``async.reference_pass``), when
+      they exist.
+
+    Every part is the **median** of its field, in **seconds** (per update for the trainer, per
+    batch for the searchers), so one slow update (the first one, which waits for the initial
+    fill) does not move it. Stacked parts are medians of each part, not the median of their sum.
+
+    Returns:
+        dict with ``mode``, ``num_searchers``, ``reference_pass`` (the resolved one from
+        ``summary.json``'s placement, else the configured one, else None),
+        ``updates_per_minute`` (``summary.json``'s) and ``samples_per_minute`` (rollouts
+        generated per minute of ``wall_seconds``; both None without a summary), ``updates``
+        and ``batches`` (rows read), ``trainer`` {"update", "reference", "wait"} (seconds per update; a part
+        no row logged is None), ``searcher`` {"generation", "scoring", "sync"} (seconds per
+        batch over all searchers' batches) and ``per_searcher`` {searcher_id: the same three
+        and ``batches``}.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.jsonl`` (not a training run).
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "metrics.jsonl").exists():
+        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: pass the output_dir of a "
+                                "tba_lab.trainer.train run")
+    a = _config(run_dir).get("async") or {}
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    updates = read_jsonl_rows(run_dir / "metrics.jsonl")
+    batches = read_jsonl_rows(run_dir / "searchers.jsonl")
+
+    def searcher_parts(rows):
+        return {part: _median(rows, key) for part, key in SEARCHER_PARTS.items()}
+
+    by_id: dict[int, list[dict]] = {}
+    for b in batches:
+        by_id.setdefault(int(b.get("searcher_id", 0)), []).append(b)
+    return {
+        "mode": a.get("mode", "async"), "num_searchers": int(a.get("num_searchers", len(by_id) or 1)),
+        "reference_pass": ((summary.get("placement") or {}).get("reference_pass")
+                           or a.get("reference_pass")),
+        "updates_per_minute": summary.get("updates_per_minute"),
+        "samples_per_minute": (60.0 * summary["samples_generated"] / summary["wall_seconds"]
+                               if summary.get("wall_seconds") and "samples_generated" in summary
+                               else None),
+        "updates": len(updates), "batches": len(batches),
+        "trainer": {part: _median(updates, key, absent=0.0 if part == "reference" else None)
+                    for part, key in TRAINER_PARTS.items()},
+        "searcher": searcher_parts(batches),
+        "per_searcher": {sid: {**searcher_parts(rows), "batches": len(rows)}
+                         for sid, rows in sorted(by_id.items())},
+    }
+
+
+def plot_time_per_update(legs: dict, axes=None, title: str | None = None, rate: bool = True):
+    """Stacked bars of :func:`time_per_update` for several runs side by side: the trainer's
+    seconds per update (update, reference pass, wait) on the left, the searchers' seconds per
+    batch (generation, scoring, weight sync) on the right.
+
+    Args:
+        legs: {label: a :func:`time_per_update` dict, or any dict with its ``trainer`` and
+            ``searcher`` parts (e.g. a :data:`tba_lab.lab.recorded.H200_2026_12_04` leg)}, in
+            the order to draw. A part that is None (not logged or not recorded) is not drawn.
+        axes: two matplotlib Axes (trainer, searcher); a new 1 x 2 figure when None.
+        title: the start of both panels' titles (e.g. which machine).
+        rate: write each leg's ``updates_per_minute`` above its trainer bar when it has one.
+
+    Returns:
+        the two Axes.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    styles = {"update": dict(color="C0"), "reference": dict(color="C3"),
+              "wait": dict(facecolor="0.85", edgecolor="0.6", hatch="//", linewidth=0.3),
+              "generation": dict(color="C1"), "scoring": dict(color="C2"), "sync": dict(color="C4")}
+    labels = list(legs)
+    x = np.arange(len(labels))
+    for ax, side, parts, unit in ((axes[0], "trainer", TRAINER_PARTS, "per update"),
+                                  (axes[1], "searcher", SEARCHER_PARTS, "per batch")):
+        bottom = np.zeros(len(labels))
+        handles = []
+        for part in parts:
+            vals = np.array([legs[k][side].get(part) if legs[k][side].get(part) is not None
+                             else np.nan for k in labels], dtype=float)
+            ax.bar(x, np.nan_to_num(vals), 0.6, bottom=bottom, **styles[part])
+            bottom += np.nan_to_num(vals)
+            missing = " (not recorded)" if np.isnan(vals).all() else ""
+            name = "weight sync" if part == "sync" else part
+            handles.append(Patch(label=name + missing, **styles[part]))
+        if side == "trainer" and rate:
+            for xi, k, top in zip(x, labels, bottom):
+                upm = legs[k].get("updates_per_minute")
+                if upm:
+                    ax.annotate(f"{upm:.0f} updates/min", (xi, top), ha="center", va="bottom",
+                                fontsize=7, xytext=(0, 2), textcoords="offset points")
+        ax.set_ylim(0, max(bottom.max(), 1e-9) * 1.4)  # room for the legend and the rates
+        ax.set_xticks(x, labels, fontsize=8)
+        ax.set_ylabel(f"seconds {unit} (medians)", fontsize=8)
+        ax.set_title(f"{title}: {side}, {unit}" if title else f"{side}, {unit}", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(handles=handles, fontsize=7, loc="upper left", ncol=3, frameon=False)
+    return axes
+
+
+def format_time_per_update(legs: dict) -> str:
+    """:func:`time_per_update` results as a text table, one row per leg: the trainer's medians
+    (seconds per update: update, reference, wait), the searchers' medians over all their batches
+    (seconds per batch: generation, scoring, sync), who ran the reference pass,
+    ``updates_per_minute`` and ``samples_per_minute``; then, for a leg with more than one
+    searcher in ``per_searcher``, one line per searcher. None (not logged or not recorded)
+    prints as ``-``.
+
+    Args:
+        legs: {label: :func:`time_per_update` dict, or a dict with its ``trainer`` and
+            ``searcher`` parts, e.g. a :data:`tba_lab.lab.recorded.H200_2026_12_04` leg}.
+    """
+    def sec(v):
+        if v is None:
+            return "-"
+        if abs(v) >= 0.01 or v == 0:
+            return f"{v:.3f}"
+        text = f"{v:.4f}".rstrip("0")  # below 10 ms: to 0.1 ms, no trailing zeros
+        return text + "0" if text.endswith(".") else text
+
+    head = ["leg", "searchers", "reference pass", "update", "reference", "wait",
+            "generation", "scoring", "weight sync", "updates/min", "samples/min"]
+    rows = [head]
+    for label, t in legs.items():
+        rates = [t.get("updates_per_minute"), t.get("samples_per_minute")]
+        rows.append([str(label), str(t.get("num_searchers", "-")), str(t.get("reference_pass") or "-")]
+                    + [sec(t["trainer"].get(p)) for p in TRAINER_PARTS]
+                    + [sec(t["searcher"].get(p)) for p in SEARCHER_PARTS]
+                    + ["-" if r is None else f"{r:.0f}" for r in rates])
+    widths = [max(len(r[j]) for r in rows) for j in range(len(head))]
+    lines = ["  ".join(x.ljust(w) if j < 3 else x.rjust(w) for j, (x, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.insert(0, "trainer: median seconds per update (update, reference, wait); searchers: "
+                    "median seconds per batch (generation, scoring, weight sync)")
+    for label, t in legs.items():
+        per = t.get("per_searcher") or {}
+        if len(per) > 1:
+            for sid, p in per.items():
+                lines.append(f"  {label}, searcher {sid}: generation {sec(p['generation'])}, "
+                             f"scoring {sec(p['scoring'])}, weight sync {sec(p['sync'])} s per batch "
+                             f"({p['batches']} batches)")
+    return "\n".join(lines)
