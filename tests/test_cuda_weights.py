@@ -63,6 +63,32 @@ def puller(weights, commands, results) -> None:
     weights.close()
 
 
+def in_buffer(named, buf) -> bool:
+    """Every tensor of ``named`` lies inside ``buf``'s storage (same storage, bytes in range)."""
+    start, end = buf.data_ptr(), buf.data_ptr() + buf.numel() * buf.element_size()
+    return all(t.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()
+               and start <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= end
+               for _, t in named)
+
+
+def bound_puller(weights, model_cls, device, commands, results) -> None:
+    """Spawned child, as a searcher: build ``model_cls()`` on ``device``, ``weights.bind`` it,
+    then on each command ``"pull"`` pull and report ``(version, digest of the model's
+    parameters, every parameter inside the bound buffer, the returned pairs are the model's
+    own parameters, bytes allocated on CUDA)``; exit on ``"stop"``."""
+    torch.set_num_threads(1)
+    model = model_cls().to(device)
+    weights.bind(model)
+    version = -1
+    while (cmd := commands.get(timeout=120)) != "stop":
+        version, new = weights.pull(version)
+        own = new is None or all(t is p for (_, t), (_, p) in zip(new, model.named_parameters()))
+        results.put((version, digest(model.named_parameters()),
+                     in_buffer(model.named_parameters(), weights._bound.buf), own,
+                     torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0))
+    weights.close()
+
+
 # ------------------------------------------------------------------------------------ layout
 def test_layout_aligns_every_offset_and_keeps_tied_weights_once():
     model = Mixed()
@@ -241,4 +267,38 @@ def test_cuda_round_trip_in_two_children_exact_and_memory_flat():
         for c in children:
             if c.is_alive():
                 c.kill()
+        weights.close()
+
+
+@needs_cuda
+def test_cuda_bound_pull_writes_the_model_in_place_and_allocates_nothing():
+    """A child binds its own model on the GPU: every pull lands in the model's parameters (one
+    device copy, no load_weights), exactly, and 50 syncs allocate nothing on either side."""
+    ctx = mp.get_context("spawn")
+    model = Mixed().cuda()
+    weights = FlatWeights(model, ctx, device="cuda:0")
+    commands, results = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=bound_puller, args=(weights, Mixed, "cuda:0", commands, results),
+                        daemon=True)
+    child.start()
+    try:
+        memory, allocated = [], None
+        for v in range(0, 51):
+            if v:
+                fill(model, v)
+                weights.publish(model, v)
+            if v == 1:
+                allocated = torch.cuda.memory_allocated()
+            commands.put("pull")
+            version, d, inside, own, mem = results.get(timeout=120)
+            assert (version, d, inside, own) == (v, digest(model.named_parameters()), True, True)
+            memory.append(mem)
+        assert torch.cuda.memory_allocated() == allocated
+        assert memory[-1] == memory[0]  # the bound buffer is the only copy, from the start
+        commands.put("stop")
+        child.join(timeout=30)
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
         weights.close()

@@ -234,6 +234,7 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
     from tba_lab.buffer import complete_groups
     from tba_lab.models import load_policy
     from tba_lab.rollout import rollout
+    from tba_lab.rollout.backend import TransformersBackend
 
     device = narrow_visible_devices(spec, searcher_id)  # first: before anything touches CUDA
     cfg = spec.cfg
@@ -253,13 +254,23 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
     parent = multiprocessing.parent_process()
     node = this_node()
     B, K = cfg.training.num_prompts_per_step, cfg.training.num_generations
+    # A backend that samples from `policy` itself with the plain copying load_weights: the
+    # policy's parameters become views of the channel's private buffer, so a pull writes them
+    # directly (one copy, no load_weights). An engine with its own copy of the model
+    # (own_engine: vLLM), a load_weights with more to do (an override), or a channel without
+    # bind (Ray's) gets the pulled (name, tensor) pairs through load_weights instead.
+    bound = (hasattr(weights, "bind") and not getattr(backend, "own_engine", False)
+             and getattr(backend, "model", None) is policy
+             and getattr(type(backend), "load_weights", None) is TransformersBackend.load_weights)
+    if bound:
+        weights.bind(policy)
     version, last_generated = -1, -1
     while _running(stop, parent):
         if cfg.async_.wait_for_room and not wait_for_room(out_queue, stop):  # 0. room, then weights
             break
         t_sync = time.perf_counter()
         version, new_weights = weights.pull(version)  # only here, between batches
-        if new_weights is not None:
+        if new_weights is not None and not bound:
             backend.load_weights(new_weights)
         sync_seconds = time.perf_counter() - t_sync if new_weights is not None else 0.0
         if sync and version == last_generated:  # strict alternation: one batch per version

@@ -1,17 +1,17 @@
 """The weight channel from the trainer to the searchers (docs/design.md sec. 2, "weight sync").
 
 Two channels with one contract, ``publish(model, version)`` on the trainer side and
-``pull(have_version) -> (version, [(name, tensor)] or None)`` on the searcher side, plus a
-version counter shared through a ``torch.multiprocessing`` spawn context and a readers-writer
-lock (:class:`~tba_lab.actors.locks.FileLock`): ``publish`` holds it alone, ``pull`` shared
+``pull(have_version) -> (version, [(name, tensor)] or None)`` on the searcher side, plus
+``bind(model)`` for a searcher that samples from its own copy of the policy, a version counter
+shared through a ``torch.multiprocessing`` spawn context and a readers-writer lock
+(:class:`~tba_lab.actors.locks.FileLock`): ``publish`` holds it alone, ``pull`` shared
 (searchers copy at the same time), and the kernel releases it when its holder's process ends,
 so a searcher killed in the middle of its copy (SIGKILL, the OOM killer) never blocks the
 trainer's next ``publish`` (``multiprocessing.Lock`` would stay held for good):
 
 * :class:`SharedWeights` (CPU, the default): all parameters in ONE flat float tensor in shared
-  memory (``Tensor.share_memory_()``). Publishing is a memcpy under the lock; a searcher pulls
-  only when the version moved and gets a private copy. A sync costs two copies of the weights
-  (4 MB for the embedded model) and no pickling. All parameters must share one dtype.
+  memory (``Tensor.share_memory_()``), packed in ``named_parameters()`` order. All parameters
+  must share one dtype.
 * :class:`FlatWeights` (the CUDA IPC channel, chosen by :func:`make_weight_channel` when the
   trainer and every searcher are on CUDA devices of this machine): ONE flat ``uint8`` buffer on
   the trainer's device, laid out by a :class:`Layout` (name, dtype, shape and a 256-byte aligned
@@ -23,18 +23,45 @@ trainer's next ``publish`` (``multiprocessing.Lock`` would stay held for good):
   another GPU (or none) in a child that sees other devices; so the channel carries the GPU's
   UUID (``torch.cuda.get_device_properties(i).uuid``) and the child replaces that index by the
   position of the same UUID among its own visible devices (:func:`local_index`).
-  ``publish`` = ``torch._foreach_copy_`` of the parameters into the buffer's views,
-  ``torch.cuda.synchronize``, then the version bump, all under the lock; ``pull`` = one copy of
-  the whole buffer to the searcher's device and a ``synchronize`` before the lock is released.
   On a CPU device the same class runs on shared memory, which is how the tests exercise its
   layout, version protocol and pickling without a GPU.
 
-Both channels hand out ``(Hugging Face name, tensor)`` views of a private copy, for the
-backend's ``load_weights`` (an engine with its own copy of the model, vLLM, receives the same
-pairs). Tied parameters appear once (``named_parameters`` de-duplicates them); model *buffers*
-(e.g. rotary frequencies) are not synced because they are constants. A searcher pulls only
-between generation batches (:mod:`tba_lab.actors.searcher`), so one batch never mixes two
-versions.
+What a sync costs, per side (both channels; no pickling; a bound searcher allocates nothing):
+
+* trainer, ``publish``: ONE copy of the weights, each parameter straight into its place in the
+  shared buffer (``torch._foreach_copy_`` per dtype into views made once, when the channel is
+  built: one multi-tensor kernel per few dozen parameters on CUDA, then
+  ``torch.cuda.synchronize``), and the version bump, under the lock held alone. The parameters
+  are checked against the channel's names, dtypes and shapes before the lock is taken. The
+  trainer's parameters stay its own tensors (checkpoints and ``save_pretrained`` use them).
+* searcher, bound (:meth:`~SharedWeights.bind`, what the searcher loop does when its backend
+  samples from the searcher's own ``policy`` and loads with ``TransformersBackend``'s plain
+  copying ``load_weights``; tests/test_weight_views.py): the model's parameters
+  are views of ONE private buffer of the channel's layout on the model's device, allocated once,
+  so ``pull`` is ONE copy, shared buffer -> private buffer (a memcpy on the CPU; a
+  device-to-device or host-to-device copy and a ``synchronize`` on CUDA), under the lock held
+  shared, and that copy is the load: it returns the model's own ``(name, Parameter)`` pairs and
+  no ``load_weights`` follows. A parameter tied between two modules (embeddings and
+  ``lm_head``) is one Parameter object, listed once by ``named_parameters``; binding sets its
+  ``.data``, so both modules keep sharing it.
+* searcher, unbound (an engine with its own copy of the model, ``own_engine = True``: vLLM; and
+  any caller that never binds): ``pull`` makes a new private copy and returns ``(Hugging Face
+  name, tensor)`` views of it for the backend's ``load_weights``, which copies them into the
+  engine: two copies.
+
+Measured on 2 CPU cores (2026-12-04, the embedded model, 4.3 MB, one process, 200 syncs,
+medians): SharedWeights publish 0.50 ms (0.91 ms with the flattened copy made first), bound pull
+0.33 ms (a pull and ``load_weights`` took 0.90 ms); FlatWeights on the CPU alike (0.50 and 0.34
+ms, were 0.73 and 0.97). A publish waits for pulling searchers at most 0.1 ms at p99 with 1, 4
+or 8 of them (``bench/sync_wait.py``; searchers pull only when the version moved). On a GPU
+(a Qwen2-0.5B-shaped bf16 model, 0.99 GB; ``bench/gpu_check.sh`` measures it) the copies are
+device copies of about 0.5 ms each; the publish's host work for its 290 parameters is the
+traversal of ``named_parameters`` and the checks: 0.5 ms on the 2-core machine (meta tensors),
+where making the ~300 views per publish, as before, took 1.5 ms.
+
+Model *buffers* (e.g. rotary frequencies) are not synced because they are constants. A searcher
+pulls only between generation batches (:mod:`tba_lab.actors.searcher`), so one batch never
+mixes two versions.
 
 CUDA IPC rules this follows (torch "Multiprocessing best practices: sharing CUDA tensors";
 the flat-buffer pattern of OpenRLHF, verl and vLLM's IPC weight transfer): spawn (not fork);
@@ -48,9 +75,12 @@ from the allocator's expandable segments does not export everywhere, so
 buffer referenced until the trainer process exits (the block is freed then).
 
 Not run here: the CUDA path was written against the torch 2.13 sources
-(``torch/multiprocessing/reductions.py``) and is exercised only by ``bench/gpu_check.sh`` and
-the CUDA-marked tests on a GPU machine; CI has no GPU and tests the same class on CPU.
+(``torch/multiprocessing/reductions.py``; ``aten/src/ATen/native/cuda/ForeachBinaryOpList.cu``
+for ``_foreach_copy_``, whose fast path needs one dtype per list) and is exercised only by
+``bench/gpu_check.sh`` and the CUDA-marked tests on a GPU machine; CI has no GPU and tests the
+same class on CPU.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -59,11 +89,108 @@ import os
 from dataclasses import dataclass
 
 import torch
-from torch.nn.utils import parameters_to_vector
 
 from tba_lab.actors.locks import FileLock
 
 ALIGN = 256  # bytes; every parameter's view starts at a multiple of this (enough for any dtype and vector loads)
+
+
+# ------------------------------------------------------------------------- both sides' copies
+class _Packer:
+    """The trainer's side of a publish: copies a model's parameters into FIXED views of a flat
+    buffer, made once here rather than per publish (making ~300 views costs about a millisecond
+    of Python per publish). The views are grouped by dtype so that each group is one
+    ``torch._foreach_copy_`` on torch's fast path, which wants one dtype per list (on CUDA: one
+    multi-tensor kernel per few dozen tensors; on the CPU: a loop of memcpys in C++).
+
+    Args:
+        specs: ``(name, dtype, shape)`` per parameter, in ``named_parameters()`` order.
+        views: one tensor per spec, a view of the buffer with that dtype and shape.
+    """
+
+    def __init__(self, specs: list[tuple[str, torch.dtype, tuple[int, ...]]], views: list[torch.Tensor]):
+        self.specs = specs
+        groups: dict[torch.dtype, list[int]] = {}
+        for i, (_, dtype, _) in enumerate(specs):
+            groups.setdefault(dtype, []).append(i)
+        self.group_of = [0] * len(specs)
+        for g, members in enumerate(groups.values()):
+            for i in members:
+                self.group_of[i] = g
+        self.dst = [[views[i] for i in members] for members in groups.values()]
+
+    def gather(self, named) -> list[list[torch.Tensor]]:
+        """The source tensors of ``named`` (``(name, tensor)`` pairs, e.g. the trainer's
+        ``named_parameters()``, any device), grouped as the destination views.
+
+        Raises:
+            ValueError: a name, dtype or shape differs from the channel's, or the number of
+                parameters differs.
+        """
+        named = list(named)
+        if len(named) != len(self.specs):
+            raise ValueError(f"the model has {len(named)} parameters, the channel {len(self.specs)}; "
+                             f"publish the model the channel was built for")
+        srcs: list[list[torch.Tensor]] = [[] for _ in self.dst]
+        for (name, t), (e_name, e_dtype, e_shape), g in zip(named, self.specs, self.group_of):
+            if name != e_name or t.dtype != e_dtype or t.shape != e_shape:
+                raise ValueError(f"parameter {name} {t.dtype} {tuple(t.shape)} does not match the "
+                                 f"channel's {e_name} {e_dtype} {e_shape}; publish the model the "
+                                 f"channel was built for")
+            srcs[g].append(t)
+        return srcs
+
+    @torch.no_grad()
+    def copy(self, srcs: list[list[torch.Tensor]]) -> None:
+        """Copy :meth:`gather`'s tensors into the views (asynchronous on CUDA)."""
+        for dst, src in zip(self.dst, srcs):
+            torch._foreach_copy_(dst, src)
+
+
+@dataclass
+class _Bound:
+    """A searcher's model bound to a channel: ``buf`` is the private flat buffer (the channel's
+    layout, on the model's device) whose views ARE the model's parameters; ``named`` lists the
+    model's own ``(name, Parameter)`` pairs in the channel's order."""
+    buf: torch.Tensor
+    named: list[tuple[str, torch.nn.Parameter]]
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    devices = {p.device for p in model.parameters()}
+    if len(devices) != 1:
+        raise ValueError(f"binding needs every parameter on one device, got {sorted(map(str, devices))}")
+    return devices.pop()
+
+
+@torch.no_grad()
+def _bind(model: torch.nn.Module, buf: torch.Tensor, views: list[tuple[str, torch.Tensor]]) -> _Bound:
+    """Point ``model``'s parameters at ``views`` of ``buf`` (``param.data = view``), values kept.
+
+    The Parameter objects stay the same, so a parameter tied between two modules (one object,
+    listed once by ``named_parameters``) stays tied: both modules see the view. An optimizer or
+    anything else holding those Parameter objects keeps working.
+
+    Raises:
+        ValueError: the model's parameter names differ from the channel's, or a dtype or shape
+            differs (trainer and searchers must load the same ``model.path``).
+    """
+    params = dict(model.named_parameters())
+    names = [n for n, _ in views]
+    if set(params) != set(names):
+        missing, extra = sorted(set(names) - set(params)), sorted(set(params) - set(names))
+        raise ValueError(f"cannot bind: the channel's parameters {missing[:3]} are not in the model, "
+                         f"the model's {extra[:3]} not in the channel; trainer and searchers must "
+                         f"load the same model.path")
+    for name, v in views:
+        p = params[name]
+        if p.dtype != v.dtype or p.shape != v.shape:
+            raise ValueError(f"cannot bind parameter {name}: the model's {p.dtype} {tuple(p.shape)}, "
+                             f"the channel's {v.dtype} {tuple(v.shape)}; same model.path needed")
+    for name, v in views:
+        v.copy_(params[name])  # the model computes the same until the next pull
+        params[name].data = v
+    return _Bound(buf, [(name, params[name]) for name in names])
 
 
 class SharedWeights:
@@ -81,40 +208,93 @@ class SharedWeights:
         dtypes = {p.dtype for _, p in named}
         if len(dtypes) != 1:
             raise ValueError(f"SharedWeights needs one parameter dtype, got {sorted(map(str, dtypes))}")
-        self.manifest: list[tuple[str, tuple[int, ...], int]] = []  # (name, shape, offset)
+        self.manifest: list[tuple[str, tuple[int, ...], int]] = []  # (name, shape, offset in elements)
         offset = 0
         for name, p in named:
             self.manifest.append((name, tuple(p.shape), offset))
             offset += p.numel()
-        self.flat = parameters_to_vector([p for _, p in named]).detach().cpu().clone().share_memory_()  # (P,)
+        self.flat = torch.empty(offset, dtype=dtypes.pop()).share_memory_()  # (P,)
+        self._packer: _Packer | None = None  # trainer side, made at first use (not pickled)
+        self._bound: _Bound | None = None    # searcher side, set by bind
+        packer = self._get_packer()
+        packer.copy(packer.gather(named))
         self.version = ctx.Value("q", 0, lock=False)  # trainer updates the flat tensor holds
         self.lock = FileLock()
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_packer"] = state["_bound"] = None  # per-process views, rebuilt where used
+        return state
+
+    def _views(self, vec: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        return [(name, vec[offset:offset + math.prod(shape)].view(shape))
+                for name, shape, offset in self.manifest]
+
+    def _get_packer(self) -> _Packer:
+        if self._packer is None:
+            self._packer = _Packer([(n, self.flat.dtype, s) for n, s, _ in self.manifest],
+                                   [v for _, v in self._views(self.flat)])
+        return self._packer
+
     def publish(self, model: torch.nn.Module, version: int) -> None:
-        """Copy ``model``'s parameters in (from any device) and set the version (trainer side)."""
-        with torch.no_grad(), self.lock.exclusive():
-            self.flat.copy_(parameters_to_vector(model.parameters()).detach().cpu())
+        """Copy ``model``'s parameters in (from any device) and set the version (trainer side).
+
+        One copy: each parameter straight into its place in the shared tensor.
+
+        Raises:
+            ValueError: a parameter's name, dtype or shape differs from the channel's.
+        """
+        packer = self._get_packer()
+        srcs = packer.gather(model.named_parameters())  # checked before the lock is taken
+        with self.lock.exclusive():
+            packer.copy(srcs)
             self.version.value = version
+
+    def bind(self, model: torch.nn.Module) -> None:
+        """Make ``model``'s parameters views of ONE private flat tensor (searcher side, once,
+        after the model is on its device), so that every later :meth:`pull` copies the shared
+        tensor straight into the model: the pull is the load.
+
+        The model keeps its values until the next pull; pull with ``have_version=-1`` to get the
+        published ones. Moving the model afterwards (``.to``) undoes the binding.
+
+        Args:
+            model: the searcher's copy of the policy (same ``model.path`` as the trainer's),
+                all parameters on one device (the private tensor goes there).
+        Raises:
+            ValueError: names, dtypes or shapes differ from the channel's, or the parameters
+                are on several devices.
+        """
+        device = _model_device(model)
+        buf = torch.empty(self.flat.numel(), dtype=self.flat.dtype, device=device)  # (P,)
+        self._bound = _bind(model, buf, self._views(buf))
 
     def pull(self, have_version: int) -> tuple[int, list[tuple[str, torch.Tensor]] | None]:
         """The published weights if they are newer than ``have_version`` (searcher side).
 
         Returns:
-            ``(version, weights)``: ``weights`` is a list of ``(name, tensor)`` views of a
-            private CPU copy, for ``backend.load_weights``; ``None`` (and ``have_version``)
-            when nothing new was published.
+            ``(version, weights)``: ``None`` (and ``have_version``) when nothing new was
+            published. Else, unbound: ``(name, tensor)`` views of a private CPU copy made for
+            this pull, for ``backend.load_weights``; bound (:meth:`bind`): the model's own
+            ``(name, Parameter)`` pairs, already holding the new values (loading them again is
+            needless; ``TransformersBackend.load_weights`` skips them).
         """
         if self.version.value == have_version:
             return have_version, None
+        bound = self._bound
         with self.lock.shared():
             version = self.version.value
-            vec = self._copy_out()
-        return version, [(name, vec[offset:offset + math.prod(shape)].view(shape))
-                         for name, shape, offset in self.manifest]
+            vec = self._copy_out(None if bound is None else bound.buf)
+        if bound is not None:
+            return version, list(bound.named)
+        return version, self._views(vec)
 
-    def _copy_out(self) -> torch.Tensor:
-        """The private copy a pull makes under the lock (a seam for the fault tests)."""
-        return self.flat.clone()
+    def _copy_out(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The copy a pull makes under the lock, into ``out`` (the bound private tensor) or a
+        new private tensor (a seam for the fault tests)."""
+        if out is None:
+            return self.flat.clone()
+        return out.copy_(self.flat)
 
     def close(self) -> None:
         """Close the lock's file (the trainer also removes it); shared memory goes with the
@@ -170,6 +350,10 @@ class Layout:
             offset += size
         self.nbytes = max(align, -(-offset // align) * align)
 
+    def specs(self) -> list[tuple[str, torch.dtype, tuple[int, ...]]]:
+        """``(name, dtype, shape)`` per entry."""
+        return [(e.name, e.dtype, e.shape) for e in self.entries]
+
     def views(self, buf: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         """``(name, tensor)`` views into ``buf`` (1-D ``uint8`` of :attr:`nbytes`), each with
         its parameter's dtype and shape; writing a view writes the buffer.
@@ -183,22 +367,20 @@ class Layout:
         return [(e.name, buf[e.offset:e.offset + e.nbytes].view(e.dtype).view(e.shape))
                 for e in self.entries]
 
+    def packer(self, buf: torch.Tensor) -> _Packer:
+        """A reusable copier of parameters into ``buf`` (see :meth:`pack`), views made once."""
+        return _Packer(self.specs(), [v for _, v in self.views(buf)])
+
     def pack(self, named, buf: torch.Tensor) -> None:
         """Copy ``named`` tensors (same names and order as the layout, any device) into ``buf``
-        with one ``torch._foreach_copy_`` (one multi-tensor kernel on CUDA).
+        with one ``torch._foreach_copy_`` per dtype (one multi-tensor kernel per few dozen
+        tensors on CUDA). For repeated packs into one buffer keep a :meth:`packer`.
 
         Raises:
             ValueError: a name, dtype or shape differs from the layout.
         """
-        tensors = []
-        for e, (name, t) in zip(self.entries, named, strict=True):
-            if (name, t.dtype, tuple(t.shape)) != (e.name, e.dtype, e.shape):
-                raise ValueError(f"parameter {name} {t.dtype} {tuple(t.shape)} does not match the "
-                                 f"channel's {e.name} {e.dtype} {e.shape}; publish the model the "
-                                 f"channel was built for")
-            tensors.append(t.detach())
-        with torch.no_grad():
-            torch._foreach_copy_([v for _, v in self.views(buf)], tensors)
+        p = self.packer(buf)
+        p.copy(p.gather(named))
 
 
 # ------------------------------------------------------------------------------ CUDA helpers
@@ -276,7 +458,10 @@ class FlatWeights:
         self.buf = torch.zeros(self.layout.nbytes, dtype=torch.uint8, device=self.device)  # (nbytes,)
         if self.device.type == "cpu":
             self.buf.share_memory_()
-        self.layout.pack(named, self.buf)
+        self._packer: _Packer | None = None  # trainer side, made at first use (not pickled)
+        self._bound: _Bound | None = None    # searcher side, set by bind
+        packer = self._get_packer()
+        packer.copy(packer.gather(named))
         self._sync()
         self.version = ctx.Value("q", 0, lock=False)
         self.lock = FileLock()
@@ -291,6 +476,7 @@ class FlatWeights:
     # the producer exports the buffer when the channel is pickled into a spawned child
     def __getstate__(self):
         state = dict(self.__dict__)
+        state["_packer"] = state["_bound"] = None  # per-process views, rebuilt where used
         if self.buf is not None and self.device.type == "cuda":
             from torch.multiprocessing.reductions import reduce_tensor
 
@@ -314,31 +500,71 @@ class FlatWeights:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def _get_packer(self) -> _Packer:
+        if self._packer is None:
+            self._packer = self.layout.packer(self.buf)
+        return self._packer
+
     def publish(self, model: torch.nn.Module, version: int) -> None:
-        """Copy ``model``'s parameters into the buffer, synchronize, set ``version`` (trainer)."""
+        """Copy ``model``'s parameters into the buffer, synchronize, set ``version`` (trainer).
+
+        One copy: each parameter straight into its view of the buffer, one
+        ``torch._foreach_copy_`` per dtype into views made once (not per publish); the
+        parameters are checked against the layout before the lock is taken.
+
+        Raises:
+            ValueError: a parameter's name, dtype or shape differs from the layout.
+        """
+        packer = self._get_packer()
+        srcs = packer.gather(model.named_parameters())
         with self.lock.exclusive():
-            self.layout.pack(model.named_parameters(), self.buf)
+            packer.copy(srcs)
             self._sync()  # the copies are done before anyone sees the new version
             self.version.value = version
+
+    def bind(self, model: torch.nn.Module) -> None:
+        """Make ``model``'s parameters views of ONE private buffer of this channel's
+        :class:`Layout` (searcher side, once, after the model is on its device), so that every
+        later :meth:`pull` is one copy of the shared buffer into it: the pull is the load.
+
+        The model keeps its values until the next pull; pull with ``have_version=-1`` to get the
+        published ones. Moving the model afterwards (``.to``) undoes the binding.
+
+        Args:
+            model: the searcher's copy of the policy (same ``model.path`` as the trainer's),
+                all parameters on one device (the private buffer goes there).
+        Raises:
+            ValueError: names, dtypes or shapes differ from the layout, or the parameters are
+                on several devices.
+        """
+        device = _model_device(model)
+        buf = torch.empty(self.layout.nbytes, dtype=torch.uint8, device=device)  # (nbytes,)
+        self._bound = _bind(model, buf, self.layout.views(buf))
 
     def pull(self, have_version: int, device=None) -> tuple[int, list[tuple[str, torch.Tensor]] | None]:
         """The published weights if newer than ``have_version`` (searcher side).
 
         Args:
             have_version: the version the caller holds.
-            device: where the private copy goes; default: the current CUDA device for a CUDA
-                buffer (a searcher's own GPU, ``cuda:0`` after it narrowed its visible
-                devices), the CPU for a CPU buffer.
+            device: where an unbound pull's private copy goes; default: the current CUDA device
+                for a CUDA buffer (a searcher's own GPU, ``cuda:0`` after it narrowed its
+                visible devices), the CPU for a CPU buffer. Ignored once bound (:meth:`bind`):
+                the copy goes to the bound model's buffer.
 
         Returns:
-            ``(version, weights)``: ``(name, tensor)`` views of a private copy (each with its
-            parameter's dtype and shape), or ``None`` and ``have_version`` when nothing new.
+            ``(version, weights)``: ``None`` and ``have_version`` when nothing new. Else,
+            unbound: ``(name, tensor)`` views of a private copy made for this pull (each with
+            its parameter's dtype and shape), for ``backend.load_weights``; bound: the model's
+            own ``(name, Parameter)`` pairs, already holding the new values.
         """
         if self.version.value == have_version:
             return have_version, None
         if self.buf is None:
             self._attach()
-        if device is not None:
+        bound = self._bound
+        if bound is not None:
+            target = bound.buf.device
+        elif device is not None:
             target = torch.device(device)
         elif self.device.type == "cuda":
             target = torch.device("cuda", torch.cuda.current_device())
@@ -346,23 +572,29 @@ class FlatWeights:
             target = self.device
         with self.lock.shared():
             version = self.version.value
-            copy = self._copy_out(target)
+            copy = self._copy_out(target, None if bound is None else bound.buf)
             if target.type == "cuda":
                 torch.cuda.synchronize(target)
-            self._sync()  # the copy has finished reading before the trainer may write again
+            if target != self.device:
+                self._sync()  # the copy has finished reading before the trainer may write again
+        if bound is not None:
+            return version, list(bound.named)
         return version, self.layout.views(copy)
 
-    def _copy_out(self, target: torch.device) -> torch.Tensor:
-        """The private copy a pull makes under the lock (a seam for the fault tests)."""
-        return self.buf.to(target, copy=True)
+    def _copy_out(self, target: torch.device, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The copy a pull makes under the lock: into ``out`` (the bound private buffer, on
+        ``target``) or a new private copy on ``target`` (a seam for the fault tests)."""
+        if out is None:
+            return self.buf.to(target, copy=True)
+        return out.copy_(self.buf)
 
     def close(self) -> None:
         """Drop this process's reference to the buffer; on CUDA also ``torch.cuda.ipc_collect()``
         (the producer frees the block once every consumer released its handle). Closes the
-        lock's file (the trainer also removes it)."""
+        lock's file (the trainer also removes it). A bound model keeps its private buffer."""
         self.lock.close()
         was_cuda = self.device.type == "cuda" and (self.buf is not None or self._handle is not None)
-        self.buf, self._handle = None, None
+        self.buf, self._handle, self._packer, self._bound = None, None, None, None
         if was_cuda and torch.cuda.is_initialized():
             torch.cuda.ipc_collect()
 
