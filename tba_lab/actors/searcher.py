@@ -8,7 +8,9 @@ with ``async.reference_pass: searcher``, the frozen reference policy. Each itera
      aging, behind a full queue (``async.wait_for_room: false`` skips this step: the rule before
      the fifth round of the README's first-minute study),
   1. pulls new weights if the trainer published since the last iteration (the weight channel
-     of :mod:`tba_lab.actors.weights`) and hands them to ``backend.load_weights``,
+     of :mod:`tba_lab.actors.weights`): its policy's parameters are views of the channel's
+     private buffer (``bind``), so the pull's one copy is the load; a backend with an engine of
+     its own (vLLM) gets the pulled pairs through ``backend.load_weights``,
   2. takes the next ``num_prompts_per_step`` problems of the task's train split (a seeded pass,
      reshuffled each epoch, so it never runs out of prompts),
   3. calls :func:`tba_lab.rollout.rollout`: K = ``num_generations`` responses per prompt with
