@@ -4,15 +4,18 @@
                                     [--out docs/results/scaling_prediction.md]
     python bench/predict_scaling.py --measure FILE.json [--device cpu|cuda] [--threads 1 2]
 
-Default mode (no ``--measure``): :func:`tba_lab.lab.simulate.predict_scaling` calibrates the
-event simulator from the 1-searcher runs of the 2026-12-04 measurements (one NVIDIA H200 and
-16 CPU cores: ``cpu_async_tb_n1`` for the CPU legs, ``gpu_sync_tb`` for the GPU legs), checks
-it against the runs with more searchers (the validation table: prediction, measurement, error),
-and predicts the kit's NEW defaults on that machine (``async.reference_pass: auto``, automatic
-thread counts). The numbers it needs are embedded as constants
-(:data:`tba_lab.lab.simulate.H200_2026_12_04`); ``--measurements DIR`` re-reads the 1-searcher
-timings from a measurements folder instead (``DIR/runs/<leg>/``, via
-:func:`~tba_lab.lab.simulate.run_timings`), and its multi-searcher runs for the validation.
+Default mode (no ``--measure``): :func:`tba_lab.lab.predict.predict_scaling` calibrates the
+event simulator (:func:`tba_lab.lab.simulate.simulate`) from the 1-searcher runs of the
+2026-12-04 measurements (one NVIDIA H200 and 16 CPU cores: ``cpu_async_tb_n1`` for the CPU
+legs, ``gpu_sync_tb`` for the GPU legs), checks it against the runs with more searchers (the
+validation table: prediction, measurement, error), and predicts the kit's NEW defaults on that
+machine (``async.reference_pass: auto``, automatic thread counts, as
+:func:`tba_lab.actors.placement.plan` resolves them). The numbers it needs are embedded
+(:data:`tba_lab.lab.predict.CALIBRATION_2026_12_04`, and the validation targets
+:data:`tba_lab.lab.predict.MEASURED_2026_12_04`, read from :mod:`tba_lab.lab.recorded`);
+``--measurements DIR`` re-reads the 1-searcher timings from a measurements folder instead
+(``DIR/runs/<leg>/``, via :func:`tba_lab.lab.simulate.run_timings`), and its multi-searcher
+runs for the validation.
 ``--calibration FILE`` takes the thread-scaling and device-sharing parameters from a
 ``--measure`` JSON (else the embedded ones). It prints both tables and writes them, with the
 date, the machine and the command, to ``--out``.
@@ -278,7 +281,7 @@ def main(argv=None) -> int:
     if args.measure:
         measure(args.measure, args.device, args.threads, args.contention, args.repeats)
         return 0
-    from tba_lab.lab.simulate import prediction_report, predict_scaling
+    from tba_lab.lab.predict import prediction_report, predict_scaling
 
     result = predict_scaling(measurements=args.measurements, calibration=args.calibration,
                              seed=args.seed, sensitivity=not args.no_sensitivity)

@@ -1,5 +1,6 @@
-"""The timeline simulator (tba_lab.lab.simulate) and the explorer's helpers (tba_lab.lab.widgets):
-closed forms, steady-state rates of the event simulation, queue blocking, staleness, knobs."""
+"""The timeline simulator (tba_lab.lab.simulate), the scaling prediction built on it
+(tba_lab.lab.predict) and the explorer's helpers (tba_lab.lab.widgets): closed forms,
+steady-state rates of the event simulation, queue blocking, staleness, knobs."""
 import math
 
 import numpy as np
@@ -158,6 +159,60 @@ def test_simulate_run_takes_the_runs_buffer_settings_else_the_kits_defaults(monk
     assert seen["recency_prob"] == 0.5 and seen["capacity_per_prompt"] == 16
 
 
+def _fake_run(run_dir, dedup=None):
+    """A finished run folder that run_timings reads: 2 updates, 2 batches, and a buffer.pt whose
+    groups of K = 8 hold 4 distinct responses each (unique_fraction 0.5)."""
+    import json
+
+    import torch
+
+    buffer = {"initial_fill": 16, "max_replay_ratio": 0.0}
+    if dedup is not None:
+        buffer["dedup"] = dedup
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(json.dumps({  # JSON is YAML
+        "max_minutes": 0.5, "async": {"mode": "async", "sync_period": 1, "num_searchers": 1,
+                                      "queue_size": 1},
+        "training": {"num_generations": 8, "num_prompts_per_step": 2}, "buffer": buffer}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(
+        {"step": i + 1, "wall_seconds": 1.0 + i, "update_seconds": 0.2, "wait_seconds": 0.1}) + "\n"
+        for i in range(2)))
+    (run_dir / "searchers.jsonl").write_text("".join(json.dumps(
+        {"searcher_id": 0, "t_start": 0.5 * i, "t_end": 0.5 * i + 0.4, "gen_seconds": 0.4,
+         "score_seconds": 0.0, "version": 0}) + "\n" for i in range(2)))
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"wall_seconds": 3.0, "trainer_steps": 2, "staleness_mean": 0.5, "staleness_max": 1,
+         "samples_generated": 32}))
+    rows = [{"prompt_id": pid, "version": 0, "response_ids": [j % 4]}
+            for pid in range(2) for j in range(8)]
+    torch.save({"items": [(pid, [r for r in rows if r["prompt_id"] == pid]) for pid in range(2)]},
+               run_dir / "buffer.pt")
+    return run_dir
+
+
+def test_simulate_run_dedups_only_when_the_run_did(tmp_path, monkeypatch):
+    """A run's measured unique_fraction (repeated responses in its buffer) reaches the
+    simulator, which then de-duplicates, only when that run had buffer.dedup on; the kit's
+    default (off) keeps repeats as samples, so the simulated buffer must too."""
+    import tba_lab.lab.simulate as sim
+
+    off = sim.run_timings(_fake_run(tmp_path / "default"))
+    on = sim.run_timings(_fake_run(tmp_path / "dedup", dedup=True))
+    assert off["unique_fraction"] == on["unique_fraction"] == pytest.approx(0.5)
+    assert (off["dedup"], on["dedup"]) == (False, True)
+    assert sim.run_timings(_fake_run(tmp_path / "off", dedup=False))["dedup"] is False
+    seen = {}
+    monkeypatch.setattr(sim, "simulate", lambda *a, **kw: seen.update(kw))
+    sim.simulate_run(off)
+    assert seen["unique_fraction"] == 1.0
+    sim.simulate_run(on)
+    assert seen["unique_fraction"] == pytest.approx(0.5)
+    # a measured.json row without the run's config: the kit's default, no dedup
+    sim.simulate_run({"gen_seconds": 1.0, "score_seconds": 0.0, "update_seconds": 0.2,
+                      "unique_fraction": 0.25})
+    assert seen["unique_fraction"] == 1.0
+
+
 def test_overhead_is_the_median_wait_or_with_a_replay_bound_the_smallest():
     """A replay-bound run's waits include waiting for data (which the simulator models), so
     only the smallest wait counts as per-update overhead; sync runs have none."""
@@ -288,10 +343,16 @@ def test_split_timings_from_logs():
     assert asy["handover_seconds"] == pytest.approx(0.005 + 0.1)  # drain -> start + fastest trip
 
 
-def test_new_default_placement_restates_the_kits_rules():
-    from tba_lab.lab.simulate import new_default_placement
+def test_new_default_placement_agrees_with_placement_plan_on_a_grid():
+    """new_default_placement asks tba_lab.actors.placement.plan (the one home of the rules) and
+    translates: device "gpu" = everything on cuda:0, the plan's "trainer" = the simulator's
+    "trainer_sampled", no reference read = "none"."""
+    from tba_lab.actors import placement
+    from tba_lab.config import from_dict
+    from tba_lab.lab.predict import new_default_placement
 
     p = new_default_placement
+    # the values placement's docstring gives for 16 and 2 cores
     assert p("cpu", "async", 1) == {"reference_pass": "trainer_sampled", "trainer_threads": 8,
                                     "searcher_threads": 8}
     assert p("cpu", "async", 4) == {"reference_pass": "searcher", "trainer_threads": 8,
@@ -300,14 +361,13 @@ def test_new_default_placement_restates_the_kits_rules():
     assert p("cpu", "async", 1, cores=2) == {"reference_pass": "trainer_sampled",
                                              "trainer_threads": 1, "searcher_threads": 1}
     assert p("cpu", "async", 2, cores=2)["reference_pass"] == "trainer_sampled"  # 2 < n + 1
-    assert p("gpu", "sync", 1, needs_reference=False)["reference_pass"] == "none"
-    placement = pytest.importorskip("tba_lab.actors.placement")
-    from tba_lab.config import from_dict
-
-    for device, mode, n, cores in [("cpu", "async", 1, 16), ("cpu", "async", 2, 16),
-                                   ("cpu", "async", 8, 16), ("cpu", "sync", 1, 16),
-                                   ("cpu", "async", 3, 2), ("gpu", "async", 3, 16),
-                                   ("gpu", "async", 1, 16)]:
+    assert p("gpu", "async", 3) == {"reference_pass": "searcher", "trainer_threads": 13,
+                                    "searcher_threads": 1}
+    assert p("gpu", "sync", 1, needs_reference=False) == {
+        "reference_pass": "none", "trainer_threads": 16, "searcher_threads": 16}
+    for device, mode, n, cores in [(d, "async", n, c) for d in ("cpu", "gpu") for n in (1, 2, 3, 8)
+                                   for c in (2, 4, 16)] + [("cpu", "sync", 1, 16),
+                                                           ("gpu", "sync", 1, 2)]:
         a = {"mode": mode, "num_searchers": n}
         if device == "gpu":
             a.update(trainer_device="cuda:0", searcher_devices=["cuda:0"])
@@ -317,6 +377,7 @@ def test_new_default_placement_restates_the_kits_rules():
             (kit.trainer_threads, kit.searcher_threads), (device, mode, n, cores)
         assert mine["reference_pass"] == {"trainer": "trainer_sampled"}.get(
             kit.reference_pass, kit.reference_pass), (device, mode, n, cores)
+        assert p(device, mode, n, cores, needs_reference=False)["reference_pass"] == "none"
 
 
 # The 2026-12-04 measurements (one NVIDIA H200 + 16 CPU cores; runs of 25 s on CPU, 30 s on
@@ -338,7 +399,7 @@ MEASURED = {  # (updates/min, samples/min), summary.json: per minute of wall_sec
 @pytest.mark.parametrize("device, n", sorted(MEASURED))
 def test_calibrated_on_one_searcher_predicts_more_searchers_within_25_percent(device, n):
     """Old defaults (the trainer scores every drained batch, 1 torch thread per process)."""
-    from tba_lab.lab.simulate import CALIBRATION_2026_12_04, MODEL_PARAMETERS, simulate_leg
+    from tba_lab.lab.predict import CALIBRATION_2026_12_04, MODEL_PARAMETERS, simulate_leg
 
     assert CALIBRATION_2026_12_04 == {"cpu": CPU_N1, "gpu": GPU_SYNC}  # the embedded constants
     calib = CPU_N1 if device == "cpu" else GPU_SYNC
@@ -354,7 +415,7 @@ def test_prediction_report_and_script_help():
     import sys
     from pathlib import Path
 
-    from tba_lab.lab.simulate import MODEL_PARAMETERS, predict_scaling, prediction_report
+    from tba_lab.lab.predict import MODEL_PARAMETERS, predict_scaling, prediction_report
 
     result = predict_scaling(params={**MODEL_PARAMETERS, "seeds": 1}, validation_only=True)
     errors = {r["leg"]: r["updates_per_minute_err"] for r in result["validation"]}

@@ -1,5 +1,6 @@
 """tba_lab.lab.timeline.time_per_update / plot_time_per_update on a small fake run folder, and
-tba_lab.lab.recorded's 2026-12-04 H200 legs (drawable, consistent with the simulator's copy)."""
+tba_lab.lab.recorded's 2026-12-04 H200 legs (drawable, consistent with the calibration of
+tba_lab.lab.predict, which reads its validation targets from them)."""
 import json
 
 import matplotlib
@@ -8,7 +9,7 @@ import pytest
 matplotlib.use("Agg")
 
 from tba_lab.lab import recorded  # noqa: E402
-from tba_lab.lab.simulate import MEASURED_2026_12_04  # noqa: E402
+from tba_lab.lab.predict import CALIBRATION_2026_12_04, MEASURED_2026_12_04  # noqa: E402
 from tba_lab.lab.timeline import (format_time_per_update, plot_time_per_update,  # noqa: E402
                                   time_per_update)
 
@@ -119,17 +120,25 @@ def test_plot_draws_stacked_parts_and_skips_missing_ones(fake_run):
     plt.close("all")
 
 
-def test_recorded_legs_name_their_source_and_agree_with_the_simulators_copy():
+def test_recorded_legs_name_their_source_and_agree_with_the_calibration():
     assert "2026-12-04" in recorded.SOURCE and "H200" in recorded.SOURCE and "bd662ce" in recorded.SOURCE
     legs = recorded.H200_2026_12_04
     for name, leg in legs.items():
         assert set(leg["trainer"]) == {"update", "reference", "wait"}
         assert set(leg["searcher"]) == {"generation", "scoring", "sync"}
         assert leg["run_seconds"] == (25.0 if leg["device"] == "cpu" else 30.0)
-        if name in MEASURED_2026_12_04:
-            m = MEASURED_2026_12_04[name]
-            assert leg["updates_per_minute"] == pytest.approx(m["updates_per_minute"])
-            assert leg["samples_per_minute"] == pytest.approx(m["samples_per_minute"])
+    # every validation target is a recorded figure (none missing: None would break the errors)
+    assert all(v is not None for m in MEASURED_2026_12_04.values() for v in m.values())
+    # the calibration's medians (run_timings of the same two runs, written down apart) round to
+    # the recorded per-update medians
+    for calib in CALIBRATION_2026_12_04.values():
+        leg = legs[calib["run"]]
+        assert calib["update_only_seconds"] == pytest.approx(leg["trainer"]["update"], abs=5e-4)
+        assert calib["gen_seconds"] == pytest.approx(leg["searcher"]["generation"], abs=5e-4)
+    # a sync run trains once on each batch of B x K = 128 rows, and never on stale ones
+    sync = legs["gpu_sync_tb"]
+    assert sync["samples_per_minute"] == pytest.approx(128 * sync["updates_per_minute"], abs=1)
+    assert sync["staleness_mean"] == 0.0
     # the old rule's signature: the trainer's reference time per update grows with searchers
     cpu = [legs[k]["trainer"]["reference"] for k in recorded.CPU_LEGS.values()]
     assert cpu == sorted(cpu) and cpu[-1] > 2 * legs["cpu_async_tb_n1"]["trainer"]["update"]

@@ -17,12 +17,15 @@ number of searchers. The current defaults (``async.reference_pass: auto``, autom
 * ``searcher``: medians per generation batch, seconds: ``generation`` (``gen_seconds``);
   ``scoring`` and ``sync`` were not part of the record (None);
 * ``updates_per_minute`` and ``samples_per_minute``: ``summary.json``'s rates (per minute of
-  the run's wall time, start-up included); ``run_seconds``: the training budget.
+  the run's wall time, start-up included); ``staleness_mean``: ``summary.json``'s mean
+  staleness of the rows trained on; ``run_seconds``: the training budget.
 
-None marks a number the record does not have; none is estimated. The updates and samples per
-minute of the CPU legs, async TBA n3/n6 and sync TB are the same runs' summaries that
-:data:`tba_lab.lab.simulate.MEASURED_2026_12_04` holds (tests/test_time_per_update.py checks
-they agree); the sync GRPO rate is recorded to the nearest update per minute only.
+None marks a number the record does not have; none is estimated. The sync GRPO rate is
+recorded to the nearest update per minute only. :data:`GPU_CHECK_2026_12_04` holds one more
+run of that machine and date (``bench/gpu_check.sh``'s 60-s async run), rates only.
+
+This module is the one copy of these figures: :data:`tba_lab.lab.predict.MEASURED_2026_12_04`
+(the scaling prediction's validation targets) is read from it.
 """
 from __future__ import annotations
 
@@ -36,25 +39,41 @@ SEED = 0
 
 
 def _leg(device, mode, algo, n, run_seconds, upm, spm, update, reference, wait, generation,
-         reference_pass="trainer (every drained row)"):
+         reference_pass="trainer (every drained row)", staleness_mean=None):
     return {"device": device, "mode": mode, "algo": algo, "num_searchers": n,
             "run_seconds": run_seconds, "reference_pass": reference_pass,
-            "updates_per_minute": upm, "samples_per_minute": spm,
+            "updates_per_minute": upm, "samples_per_minute": spm, "staleness_mean": staleness_mean,
             "trainer": {"update": update, "reference": reference, "wait": wait},
             "searcher": {"generation": generation, "scoring": None, "sync": None}}
 
 
 H200_2026_12_04 = {
     # CPU: async TB, searchers and trainer as CPU processes on the 16 cores
-    "cpu_async_tb_n1": _leg("cpu", "async", "tb", 1, 25.0, 75.59, 9676, 0.292, 0.099, 0.002, 0.381),
-    "cpu_async_tb_n4": _leg("cpu", "async", "tb", 4, 25.0, 44.19, 21135, 0.316, 0.431, 0.005, 0.435),
-    "cpu_async_tb_n8": _leg("cpu", "async", "tb", 8, 25.0, 35.71, 28952, 0.313, 0.688, 0.008, 0.462),
+    "cpu_async_tb_n1": _leg("cpu", "async", "tb", 1, 25.0, 75.59, 9676, 0.292, 0.099, 0.002, 0.381,
+                            staleness_mean=0.969),
+    "cpu_async_tb_n4": _leg("cpu", "async", "tb", 4, 25.0, 44.19, 21135, 0.316, 0.431, 0.005, 0.435,
+                            staleness_mean=0.967),
+    "cpu_async_tb_n8": _leg("cpu", "async", "tb", 8, 25.0, 35.71, 28952, 0.313, 0.688, 0.008, 0.462,
+                            staleness_mean=0.983),
     # GPU: the trainer and every searcher on the one H200
-    "gpu_sync_tb": _leg("cuda", "sync", "tb", 1, 30.0, 158.94, 20344, 0.045, 0.019, 0.145, 0.136),
+    "gpu_sync_tb": _leg("cuda", "sync", "tb", 1, 30.0, 158.94, 20344, 0.045, 0.019, 0.145, 0.136,
+                        staleness_mean=0.0),
     "gpu_sync_grpo": _leg("cuda", "sync", "grpo", 1, 30.0, 169, None, 0.043, None, 0.136, None,
                           reference_pass=None),
-    "gpu_async_tba_n3": _leg("cuda", "async", "tba", 3, 30.0, 400.66, 58684, 0.052, 0.025, None, 0.167),
-    "gpu_async_tba_n6": _leg("cuda", "async", "tba", 6, 30.0, 243.56, 94543, 0.056, 0.081, None, 0.198),
+    "gpu_async_tba_n3": _leg("cuda", "async", "tba", 3, 30.0, 400.66, 58684, 0.052, 0.025, None, 0.167,
+                             staleness_mean=2.743),
+    "gpu_async_tba_n6": _leg("cuda", "async", "tba", 6, 30.0, 243.56, 94543, 0.056, 0.081, None, 0.198,
+                             staleness_mean=2.045),
+}
+
+# Source: bench/gpu_check.sh's 60-s async (TBA) run with the trainer and 3 searchers on the one
+# H200, on the same machine and date as the legs above; its summary.json rates only. Twice the
+# budget of the GPU legs above, so start-up weighs half as much.
+GPU_CHECK_2026_12_04 = {
+    "gpu_check_async_n3_60s": {"device": "cuda", "mode": "async", "algo": "tba",
+                               "num_searchers": 3, "run_seconds": 60.0,
+                               "updates_per_minute": 560.26, "samples_per_minute": 80615,
+                               "staleness_mean": 2.854},
 }
 
 # The legs notebook 05 draws, with their bar labels: searchers added under the old rule.
