@@ -18,17 +18,7 @@ fi
 cd "$(dirname "$0")/.."
 OUT_DIR="${1:-${OUT:-runs/gpu_check}}"
 shift || true
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export PYTHONUNBUFFERED=1  # a run stopped at the limit still leaves its output in the log
-# expandable segments cannot be exported through CUDA IPC (tba_lab/actors/weights.py refuses them)
-for v in PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF; do
-  [ -n "${!v:-}" ] && echo "gpu_check: $v=${!v} was set; unset for this check"
-  unset "$v"
-done
+CHECK=gpu_check source bench/_env.sh  # PYTHON, PYTHONPATH, offline, no expandable segments
 mkdir -p "$OUT_DIR"
 set -o pipefail
 timeout -k 10 300 "$PYTHON" bench/gpu_check.py --out "$OUT_DIR" "$@" 2>&1 | tee "$OUT_DIR/gpu_check.log"

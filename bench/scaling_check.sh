@@ -23,17 +23,7 @@ fi
 cd "$(dirname "$0")/.."
 # the first argument is the output folder unless it is a flag
 if [ -n "${1:-}" ] && [ "${1#-}" = "$1" ]; then OUT_DIR="$1"; shift; else OUT_DIR="${OUT:-runs/scaling_check}"; fi
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export PYTHONUNBUFFERED=1  # a run stopped at the limit still leaves its output in the log
-# expandable segments cannot be exported through CUDA IPC (tba_lab/actors/weights.py refuses them)
-for v in PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF; do
-  [ -n "${!v:-}" ] && echo "scaling_check: $v=${!v} was set; unset for this check"
-  unset "$v"
-done
+CHECK=scaling_check source bench/_env.sh  # PYTHON, PYTHONPATH, offline, no expandable segments
 LIMIT="${SCALING_CHECK_LIMIT:-360}"
 mkdir -p "$OUT_DIR"
 set -o pipefail

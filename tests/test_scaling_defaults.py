@@ -96,3 +96,33 @@ def test_four_searchers_on_two_cores_the_trainers_reference_time_is_at_most_half
         assert summary["samples_generated"] > summary["trainer_steps"] * 128  # more made than trained
     else:
         assert where["reference_pass"] == "searcher"
+
+
+def test_the_trainers_reference_scorer_loads_the_reference_only_when_a_row_needs_it():
+    """With the searchers doing the pass, the trainer keeps no reference model unless a row
+    arrives unscored (a buffer resumed from a run whose trainer did the pass); then it scores
+    exactly those rows, once."""
+    from tba_lab.buffer import Rollout
+    from tba_lab.models import DEFAULT_MODEL_DIR, load_policy
+    from tba_lab.trainer import ReferenceScorer
+
+    loads = []
+
+    def load():
+        loads.append(1)
+        return load_policy(DEFAULT_MODEL_DIR)[0].eval()
+
+    def row(ref):
+        return Rollout(prompt_id=0, prompt_ids=[5, 6, 7], response_ids=[8, 9], reward=0.0,
+                       ref_token_logps=ref, behaviour_token_logps=[0.0, 0.0], version=0)
+
+    scorer = ReferenceScorer(load, pad_id=0, temperature=0.6, load_now=False)
+    scored = [row([-1.0, -2.0]) for _ in range(4)]
+    assert scorer(scored) == 0 and loads == []  # every row scored by its searcher
+    mixed = scored + [row(None), row(None)]
+    assert scorer(mixed) == 2 and loads == [1]
+    assert all(r.ref_token_logps is not None and len(r.ref_token_logps) == 2 for r in mixed)
+    assert mixed[0].ref_token_logps == [-1.0, -2.0]  # a searcher's scores are kept as they are
+    assert mixed[4].ref_token_logps == mixed[5].ref_token_logps  # same pair, same scores
+    assert scorer(mixed) == 0 and loads == [1]
+    assert ReferenceScorer(load, 0, 0.6, load_now=True).reference is not None and loads == [1, 1]

@@ -37,6 +37,15 @@ from tba_lab.runlog import read_jsonl_rows
 
 
 
+def _run_dir(run_dir) -> Path:
+    """``run_dir`` as a Path; FileNotFoundError unless it holds a run's ``metrics.jsonl``."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "metrics.jsonl").exists():
+        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: pass the output_dir of a "
+                                "tba_lab.trainer.train run")
+    return run_dir
+
+
 def _config(run_dir: Path) -> dict:
     path = run_dir / "config.yaml"
     if not path.exists():
@@ -66,10 +75,7 @@ def load_timeline(run_dir) -> dict:
     Raises:
         FileNotFoundError: ``run_dir`` has no ``metrics.jsonl`` (not a training run).
     """
-    run_dir = Path(run_dir)
-    if not (run_dir / "metrics.jsonl").exists():
-        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: pass the output_dir of a "
-                                "tba_lab.trainer.train run")
+    run_dir = _run_dir(run_dir)
     cfg = _config(run_dir)
     mode = (cfg.get("async") or {}).get("mode", "async")
     k = int((cfg.get("async") or {}).get("sync_period", 1))
@@ -318,10 +324,7 @@ def time_per_update(run_dir) -> dict:
     Raises:
         FileNotFoundError: ``run_dir`` has no ``metrics.jsonl`` (not a training run).
     """
-    run_dir = Path(run_dir)
-    if not (run_dir / "metrics.jsonl").exists():
-        raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: pass the output_dir of a "
-                                "tba_lab.trainer.train run")
+    run_dir = _run_dir(run_dir)
     a = _config(run_dir).get("async") or {}
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
