@@ -171,7 +171,7 @@ class Feed:
         else:
             batch = self.buffer.sample(self.cfg.training.num_prompts_per_step,
                                        self.cfg.training.num_generations)
-        if batch and self.score_reference is not None:  # async.reference_pass: trainer
+        if batch and self.score_reference is not None:  # rows without reference log-probs
             t0 = time.time()
             if self.score_reference(batch):  # only rows never scored; the buffer keeps the scores
                 self.log.reference_pass(time.time() - t0)
@@ -283,8 +283,8 @@ def _raise_interrupt(signum, frame):
 
 @contextlib.contextmanager
 def _trainer_process(cfg: RunConfig):
-    """Torch threads for the trainer (``async.trainer_threads``, resolved) and Ctrl-C / SIGTERM as KeyboardInterrupt (main thread
-    only), both restored on exit (a notebook kernel keeps them). SIGINT is set explicitly
+    """Torch threads for the trainer (``async.trainer_threads``, resolved) and Ctrl-C / SIGTERM
+    as KeyboardInterrupt (main thread only), both restored on exit (a notebook kernel keeps them). SIGINT is set explicitly
     because a shell starts background jobs with SIGINT ignored."""
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(cfg.async_.trainer_threads)  # resolved by placement.plan

@@ -7,7 +7,6 @@ It returns a :class:`RolloutBatch`, which is also the message a searcher sends t
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 import warnings
