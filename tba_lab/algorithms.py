@@ -257,8 +257,8 @@ class TrajectoryBalance(Algorithm):
     * ``tb.loss_type: token_mean`` divides each squared residual by its response's length
       (GRPO's per-sequence token mean; the minimum, every residual zero, is unchanged).
 
-    The last two are GRPO's two normalisations; docs/first_minute.md (seventh round)
-    measures them.
+    The last two are GRPO's two normalisations, kept as options to compare them on TB
+    (docs/log.md).
     """
     name, section, config_class = "tb", "tb", TBConfig
 

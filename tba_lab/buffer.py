@@ -1,72 +1,34 @@
-"""Replay buffer for asynchronous off-policy RL post-training (TBA, arXiv 2503.18929).
+"""Replay buffer for asynchronous off-policy RL post-training (TBA, arXiv 2503.18929; docs/design.md
+sec. 2): searchers push scored rollouts, the trainer samples groups of K responses per prompt.
 
-Implements the replay buffer of docs/design.md section 2: searchers push scored rollouts, the trainer
-samples groups of K responses per prompt from it.
+Storage: one deque per prompt, oldest at the left, at most ``capacity_per_prompt`` items (past
+capacity the oldest goes). Items are kept as generated, repeats included, so a prompt's K newest
+items are the searcher's own group: TB's VarGrad log Z (TBA Eq. 4) and GRPO's baseline are
+averages over samples of the behaviour policy, and de-duplicating would weigh each distinct
+answer the same however likely it is (docs/results/README.md#buffer-sampling). ``dedup=True``
+(``buffer.dedup``, for reward-mode replay of diverse responses, as in GFlowNet red-teaming)
+keeps one copy per token sequence, the newest. A prompt that receives an item is "refreshed"
+until ``mark_sync()``, which the trainer calls when it publishes weights.
 
-Storage
-    One deque per prompt, oldest item at the left, newest at the right, at most
-    ``capacity_per_prompt`` items (adding past capacity drops the OLDEST). Items are stored as
-    the searcher generated them, repeats included, so the K newest items of a prompt are the
-    searcher's own group of K samples. With ``dedup=True`` (``buffer.dedup``) they are instead
-    de-duplicated by token sequence within a prompt: when a response arrives whose
-    ``response_ids`` are already stored for that prompt, the old copy is removed and the new one
-    is appended at the newest end (newest copy wins: its reward, log-probs and version are the
-    freshest). Every prompt that receives an item is marked "refreshed"; ``mark_sync()`` (called
-    by the trainer when it publishes new weights) clears that mark.
+Sampling, ``sample(num_prompts=B, group_size=K)`` -> B*K rollouts, prompt-major (rows i*K ..
+i*K+K-1 belong to slot i, the (B, K) layout every loss reshapes to). Each slot, with probability
+m = ``recency_prob``, takes a prompt refreshed since the last sync (uniformly) and its K newest
+items; otherwise a prompt uniformly among all and K items drawn without replacement with
+probabilities softmax(inv_temp * reward) (successive draws, renormalised).
 
-Why repeats are kept by default
-    The VarGrad log Z of TB (TBA Eq. 4) and GRPO's group baseline are averages over a group of
-    SAMPLES of the behaviour policy. A model that answers the same way 6 times in 8 puts that
-    answer in 6 rows; a de-duplicated buffer keeps it once and, below K distinct items, fills
-    the group by uniform resampling, so each distinct answer weighs about the same however
-    likely it is. For TB this spends most of the (clipped) gradient on rare answers rather than
-    on the frequent one that greedy decoding returns, and async TBA lost held-out accuracy in
-    its first minute while sync TB (raw groups) gained (``bench/first_minute.py``, table in
-    the README). De-duplication is kept as an option for reward-mode replay of diverse
-    responses, as in GFlowNet red-teaming buffers that keep unique attacks.
-
-Sampling (``sample(num_prompts=B, group_size=K)``, returns B*K rollouts, prompt-major)
-    For each of the B prompt slots, with probability m = ``recency_prob``:
-      * recency mode: a prompt chosen uniformly among those refreshed since the last sync and
-        not yet in the batch; when none is left, the most recently refreshed prompt not yet in
-        the batch (``recency_fallback="newest"``); its K NEWEST items.
-    otherwise (or, with ``recency_fallback="reward"``, when no refreshed prompt is left):
-      * reward mode: a prompt chosen uniformly among all prompts; K of its items drawn WITHOUT
-        replacement with probabilities softmax(inv_temp * reward) (inv_temp = 0 -> uniform).
-        Without-replacement draws are successive: draw one item from the softmax, remove it,
-        renormalise over the rest, draw the next.
-    Rows i*K .. i*K+K-1 all belong to slot i (prompt-major), the layout every loss in the kit
-    reshapes as (B, K).
-
-Choices and simplifications (say so if you change them):
-  * Prompts in one batch are distinct while enough prompts exist: a slot never picks a prompt
-    already used in the batch (a repeated prompt would give duplicate rows). Once every prompt
-    has been used, the "used" set is cleared and prompts may repeat (each appears once per
-    round).
-  * The recency fallback is a departure. With sync period 1 the trainer publishes after every
-    update, so "refreshed since the last sync" holds one searcher batch at most, and none
-    when the trainer has outrun the searcher (about one update in four here). Falling back to
-    reward mode then drew from all remembered prompts (batch staleness about 13 updates
-    instead of 2) although m asked for recent data; ``"newest"`` replays the newest prompts
-    instead (mean staleness 4.5 instead of 6.4 over a 90-s run; ``bench/first_minute.py``).
-  * A prompt with fewer than K items (n < K) contributes ALL n items once, and the remaining
-    K - n rows are drawn WITH replacement (softmax(inv_temp * reward) in reward mode, uniform in
-    recency mode). This is the only case where a stored item appears twice in a group
-    (without de-duplication, rare: only when rows were dropped for a non-finite reward).
-  * ``inv_temp`` multiplies the RAW reward (the buffer never sees beta). It can change a group
-    only for a prompt holding more than K items: K drawn without replacement from exactly K are
-    all of them. In this kit's runs each prompt is generated about once (the default 9-minute
-    run ended with all 256 stored prompts at exactly K = 8), so it acts only on tasks with few
-    prompts or runs long enough to revisit prompts still in the buffer.
-  * The "initial fill before training" is the caller's job: ``sample`` on an empty buffer
-    raises ``ValueError``; the trainer waits until enough prompts are stored.
-  * ``sample`` returns the stored ``Rollout`` objects themselves, not copies: do not mutate them.
-  * ``last_modes`` (an attribute, not part of the trainer API) records "recency" / "reward"
-    for each slot of the most recent ``sample`` call, for plots and tests.
-  * Checkpoints are plain Python containers written with ``torch.save`` and read with
-    ``torch.load(weights_only=True)``, so loading a checkpoint never runs arbitrary code.
-
-Run the tests with ``python -m pytest -q tests/test_buffer.py``.
+Choices (say so if you change them):
+  * Prompts in a batch are distinct while enough exist; after every prompt has been used they
+    may repeat, once per round.
+  * Recency fallback (a departure): with sync period 1, often no prompt is refreshed since the
+    last sync; ``recency_fallback="newest"`` (default) then takes the most recently refreshed
+    prompt, which keeps the batch fresh, and ``"reward"`` falls back to reward mode.
+  * A prompt with n < K items gives all n once and draws the other K - n with replacement.
+  * ``inv_temp`` multiplies the raw reward (the buffer never sees beta); it matters only for
+    prompts holding more than K items, i.e. tasks with few prompts or long runs.
+  * ``sample`` raises ``ValueError`` on an empty buffer (the trainer fills it first) and returns
+    the stored ``Rollout`` objects themselves: do not mutate them. ``last_modes`` records each
+    slot's mode ("recency" / "reward") for plots and tests.
+  * Checkpoints are plain containers, read with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -176,8 +138,8 @@ class ReplayBuffer:
             default: groups must be samples of the behaviour policy (module docstring).
         recency_fallback ("newest" | "reward"): what a recency slot does when every prompt
             refreshed since the last sync is already in the batch (or none was refreshed): take
-            the most recently refreshed unused prompt's K newest items (default), or draw in
-            reward mode (the rule before this option existed).
+            the most recently refreshed unused prompt's K newest items (default, keeps the batch
+            fresh), or draw in reward mode.
 
     Raises:
         ValueError: if an argument is out of range (the message names the field and the fix).
@@ -416,8 +378,8 @@ class ReplayBuffer:
             d = {**d, "items": [[pid, [{("behaviour_token_logps" if k == "old_token_logps" else k): v
                                         for k, v in r.items()} for r in rows]]
                                 for pid, rows in d["items"]]}
-        # re-validates the config; states written before ``dedup`` and ``recency_fallback``
-        # existed were de-duplicated and fell back to reward mode
+        # re-validates the config; a state without ``dedup`` / ``recency_fallback`` keys was
+        # written by a buffer that de-duplicated and fell back to reward mode
         fresh = ReplayBuffer(**{"dedup": True, "recency_fallback": "reward", **d["config"]})
         self.capacity_per_prompt = fresh.capacity_per_prompt
         self.recency_prob = fresh.recency_prob

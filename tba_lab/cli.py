@@ -8,7 +8,8 @@
 * ``tba-lab eval``: held-out metrics (greedy accuracy) of a saved policy on a task.
 * ``tba-lab reproduce [--smoke]``: execute the course notebooks with papermill, write report.md.
 * ``tba-lab experiment NAME [--smoke] [--seeds 0 1 2]``: the paper's claims in miniature
-  (``off_policy``, ``buffer``, ``beta``, ``scaling`` or ``all``) over seeds, with report.md.
+  (``off_policy``, ``buffer``, ``beta``, ``scaling`` or ``all``) and the benchmarks (``race``,
+  ``race_preference``, ``race_redteam``, ``default``, ``per_update``) over seeds, with report.md.
 
 Command-line flags override the YAML file given with ``--config``, which overrides the chosen
 task's ``config_defaults`` (e.g. redteam's ``tb.beta`` 0.5), which override the defaults of
@@ -307,20 +308,29 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_reproduce)
     from tba_lab.lab.experiments import NAMES
 
-    x = sub.add_parser("experiment", help="the paper's claims in miniature over seeds: "
-                       "report.md, figures, results.json")
+    x = sub.add_parser("experiment", help="the paper's claims in miniature and the benchmarks, "
+                       "over seeds: report.md, figures, results.json", description=(
+                           "The paper's claims (off_policy, buffer, beta, scaling; all: the four) "
+                           "and the benchmarks (race: async TBA against sync TB, GRPO and TRL; "
+                           "race_preference, race_redteam: the trade-off races on the other "
+                           "tasks; default: the default `tba-lab train`, --set other=COMMIT "
+                           "beside another commit; per_update: accuracy per update at set "
+                           "staleness), each over seeds into OUTPUT_DIR/NAME/."))
     x.add_argument("name", metavar="NAME", help=f"one of: {', '.join(NAMES)}")
-    x.add_argument("--smoke", action="store_true", help="tiny settings (a few updates per run; "
-                   "about 2-3 minutes for all four on 2 cores)")
+    x.add_argument("--smoke", action="store_true", help="tiny settings (a few updates or seconds "
+                   "per run; about 2-3 minutes for all four on 2 cores, 1-2 for a benchmark)")
     x.add_argument("--seeds", type=seed_arg, nargs="+", help="seeds (default 0 1 2; with --smoke: 0)")
     x.add_argument("--output-dir", default="runs/experiments", help="NAME/report.md, figures, "
                    "results.json and runs/ go under it (default runs/experiments)")
-    x.add_argument("--eval-size", type=int, help="held-out problems per evaluation (default 200; "
-                   "--smoke: fewer)")
-    x.add_argument("--target", type=float, help="scaling: the held-out accuracy to reach "
+    x.add_argument("--eval-size", type=int, help="held-out problems per evaluation (default: the "
+                   "experiment's, 200 for most, 1000 for race; --smoke: fewer)")
+    x.add_argument("--target", type=float, help="scaling, race: the held-out accuracy to reach "
                    "(default 0.40)")
     x.add_argument("--searchers", type=int, nargs="+", help="scaling: searcher counts to run "
                    "(default 1 2 4; e.g. 1 2 4 8 on a 16-core machine)")
+    x.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="change the experiment's own "
+                   "settings (listed in its report header), e.g. minutes=3 legs=a,b,c (race), "
+                   "other=COMMIT (default), variants=tb,tb_stale10 updates=80 (per_update)")
     x.add_argument("--config", help="YAML of RunConfig fields applied to every run, e.g. "
                    "'training: {learning_rate: 1.25e-5}'; a field the experiment varies or "
                    "fixes itself is refused")

@@ -72,9 +72,8 @@ class BufferConfig:
     inv_temp: float = 0.0               # reward prioritisation softmax(inv_temp * r); 0 = uniform; acts only on prompts holding > K rollouts
     max_prompts: int = 256              # prompts remembered (least recently refreshed evicted); 0 = unbounded
     initial_fill: int = 256             # rollouts in the buffer before the first update (async)
-    max_replay_ratio: float = 1.0       # async: the trainer waits rather than train on more than this many rows per row generated (0 = no bound; docs/first_minute.md)
+    max_replay_ratio: float = 1.0       # async: the trainer waits rather than train on more than this many rows per row generated (0 = no bound; docs/log.md)
     dedup: bool = False                 # keep one copy of a repeated response per prompt (off: groups stay samples)
-    recency_fallback: str = "newest"    # recency slot with no fresh prompt left: the "newest" other prompt, or "reward" mode
 
 
 @dataclass
@@ -84,7 +83,6 @@ class AsyncConfig:
     num_searchers: int = 1              # searcher processes
     sync_period: int = 1                # k: publish weights every k trainer updates (sync forces 1)
     queue_size: int = 1                 # batches a searcher may leave untaken by the trainer (its queue's size)
-    wait_for_room: bool = True          # a searcher waits for room in its queue BEFORE it generates (fresh data 1 version stale); false: generates, then blocks on a full queue
     searcher_threads: int = 0           # torch threads per searcher (0 = auto from the cores: tba_lab.actors.placement)
     trainer_threads: int = 0            # torch threads for the trainer (0 = auto: the cores the searchers leave free)
     reference_pass: str = "auto"        # who scores rollouts under the reference policy: "trainer" (the rows it samples), "searcher" (all it generates), "auto" (searcher when >= 2 searchers have cores or GPUs of their own)
@@ -240,6 +238,11 @@ def _typed(value, default, name: str, hint: str = ""):
     return value
 
 
+# Options that were removed, with the value that behaves as the kit does now: a saved config
+# (a run folder to resume) that holds that value loads; any other value is refused by name.
+_REMOVED = {"buffer.recency_fallback": "newest", "async.wait_for_room": True}
+
+
 def _fill(cls, data, where: str):
     """``cls(**data)`` with every value type-checked; unknown keys name the key and the known ones."""
     if not isinstance(data, dict):
@@ -247,6 +250,12 @@ def _fill(cls, data, where: str):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
+        if key not in fields and (where + key) in _REMOVED:
+            if value != _REMOVED[where + key]:
+                raise ConfigError(f"{where + key}={value!r}: this option was removed; only "
+                                  f"{_REMOVED[where + key]!r}, what the kit does now, is accepted "
+                                  f"(delete the key)")
+            continue
         if key not in fields:
             raise ConfigError(f"unknown config key {where + key!r}; known keys: {sorted(fields)}")
         kwargs[key] = _typed(value, fields[key].default, where + key, str(fields[key].type))
@@ -459,7 +468,6 @@ def validate(cfg: RunConfig) -> RunConfig:
           f"{tr.num_generations}: every group of K would repeat rows; keep at least K per prompt")
     check(0 <= b.recency_prob <= 1, f"buffer.recency_prob={b.recency_prob}: must be in [0, 1]")
     check(b.inv_temp >= 0, f"buffer.inv_temp={b.inv_temp}: must be >= 0 (0 = uniform)")
-    check_choice(b.recency_fallback, ("reward", "newest"), "buffer.recency_fallback")
     check(b.initial_fill >= 0, f"buffer.initial_fill={b.initial_fill}: must be >= 0")
     check(b.max_replay_ratio == 0 or b.max_replay_ratio >= 1,
           f"buffer.max_replay_ratio={b.max_replay_ratio}: rows trained per row generated; use 0 "

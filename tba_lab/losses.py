@@ -21,28 +21,22 @@ What is here (pure tensor functions, no model calls, all differentiable where th
 * Online DPO (Guo et al. 2024, arXiv 2402.04792): ``dpo_pairs`` (best / worst response of each
   group) and ``online_dpo_loss``.
 
-Layout convention (every function taking ``group_size``): a batch holds B prompts with
-K = ``group_size`` responses each, N = B * K rows, PROMPT-MAJOR: rows i*K .. i*K+K-1 belong to
-prompt i. A wrong layout (e.g. response-major) silently mixes prompts and is not detectable from
-the tensors, so the trainer must build batches in this order.
+Layout convention (every function taking ``group_size``): B prompts with K = ``group_size``
+responses each, N = B * K rows, PROMPT-MAJOR (rows i*K .. i*K+K-1 belong to prompt i). A
+response-major batch silently mixes prompts and cannot be detected from the tensors.
 
-Simplifications and choices, stated plainly:
+Choices and departures:
 
 * log pi(y|x) is the SUM of masked token log-probs, never length-normalised (Eq. 3).
-* log Z_hat is estimated per prompt from the K rows in the batch with the CURRENT policy
-  (VarGrad) and detached. ``trajectory_balance_loss(..., log_z=...)`` instead takes a learned
-  log Z (torchgfn's ``TBGFlowNet.logZ`` style); the trainer's learned option is ONE scalar
-  shared by all prompts, a deviation from the paper (log Z depends on x). Because the estimate is the mean over
-  the same K rows, the gradient of the mean-reduced loss wrt log pi is the same with or without
-  the stop-gradient (residuals sum to zero within a group); the detach makes the estimator
-  explicit and keeps per-row gradients ('none' reduction) local to their row.
-* TB uses raw rewards divided by the CURRENT beta: no importance ratio, clipping or whitening.
-* GRPO's ``behaviour_token_logps`` are the behaviour policy's log-probs, supplied as data (detached
-  here). Never pass ``token_logps.detach()`` for them off-policy: the ratio would always be 1
-  and the clipping would never act.
-* Everything is computed in the caller's dtype except ``token_logprobs``, which returns float32.
-
-Run the checks with ``python -m pytest -q tests/test_losses.py``.
+* log Z_hat is the per-prompt VarGrad estimate from the batch's K rows under the current policy,
+  detached (the mean-reduced gradient is the same either way, since residuals sum to zero within
+  a group; the detach keeps per-row gradients local). ``trajectory_balance_loss(..., log_z=...)``
+  takes a learned log Z instead; the trainer's learned option is ONE scalar for all prompts, a
+  departure from the paper (log Z depends on x).
+* TB uses raw rewards divided by the current beta: no importance ratio, clipping or whitening.
+* GRPO's ``behaviour_token_logps`` are the behaviour policy's log-probs, supplied as data. Never
+  pass ``token_logps.detach()`` off-policy: the ratio would always be 1 and never clip.
+* Everything is computed in the caller's dtype except ``token_logprobs`` (float32).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Llama-architecture causal LM (``transformers.LlamaForCausalLM``) with a word-lev
 built in code (``tokenizers`` WordLevel wrapped in ``PreTrainedTokenizerFast``), trained by
 ``tba-lab sft`` (:func:`tba_lab.tasks.arithmetic.sft`, through :func:`train_sft` here) on the
 synthetic arithmetic task and saved with ``save_pretrained`` under ``data/tiny-llama``; the other
-tasks' embedded models (``tba-lab sft --task NAME``) go through the same :func:`train_sft`. Any Hugging Face causal LM loads through the same
+tasks' embedded models (``tba-lab sft --task NAME``) go through the same :func:`train_sft`. Any
+Hugging Face causal LM loads through the same
 :func:`load_policy` (``AutoModelForCausalLM.from_pretrained``), so a user with a real model and
 GSM8K changes only paths.
 
@@ -16,10 +17,9 @@ result is reproducible from the seed (wall time varies by machine, accuracy does
 
 A deliberate departure from plain SFT: 60% of the SFT targets (``bare_answer_fraction``) are only
 the final line ``#### N`` and 40% show the worked steps, as answers on the web often come without
-their working. The resulting model answers bare when decoding greedily (34.6% held-out) while
-samples at temperature 0.6 find a correct answer among 16 tries for ~90% of problems: the
-headroom RL turns into greedy accuracy within minutes. With only worked-step targets, RL moved
-greedy accuracy by about 1 point in the same time (see the README's results section).
+their working. The model then answers bare when decoding greedily, while samples at temperature
+0.6 often find a correct answer: the headroom RL turns into greedy accuracy within minutes
+(docs/usage.md#the-embedded-model-and-task; docs/results/README.md#the-default-run).
 """
 from __future__ import annotations
 

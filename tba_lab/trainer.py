@@ -7,39 +7,28 @@ What it does (Bartoldson et al., "Trajectory Balance with Asynchrony", arXiv 250
              baseline), 3. one optimizer update, 4. every k updates publish weights to the
              searchers, 5. now and then the held-out metrics.
 
-* the loss comes from the algorithm table (:mod:`tba_lab.algorithms`): ``algo="tb"`` is
-  trajectory balance with the VarGrad log Z (Eq. 3-5), rewards stored raw and divided by the
-  CURRENT (annealed) beta; ``grpo``, ``dr_grpo``, ``rloo`` and ``online_dpo`` are the baselines,
-  all fed by :func:`~tba_lab.algorithms.compute_loss` from the same log-prob code.
-* the task (:mod:`tba_lab.tasks`) gives the prompts, the rewards the searchers compute and the
-  held-out metrics; the launcher (:mod:`tba_lab.actors`) runs the searchers.
-* ``mode="async"``: the trainer never waits for generation once the buffer holds
-  ``buffer.initial_fill`` rollouts. Fresh data is up to about 2k-1 updates stale; replayed data
-  can be older (measured, not bounded: ``buffer.max_prompts`` limits how far back reward-mode
-  draws reach when prompts rarely repeat). The measured staleness (trainer updates minus the
-  rollout's version) is logged per batch.
-* ``mode="sync"``: strict alternation with k = 1 through the same code: the searcher generates
-  one batch per published version and the trainer trains on exactly that batch (on-policy).
+Entry points: :func:`train` (one run from a :class:`~tba_lab.config.RunConfig`) and
+:class:`Feed` (draining the searchers, the reference pass, restarting failed searchers). The
+loss comes from :mod:`tba_lab.algorithms` (TB with the VarGrad log Z, Eq. 3-5, rewards stored
+raw and divided by the current annealed beta; or a baseline); the task from
+:mod:`tba_lab.tasks`; the searchers run under a launcher from :mod:`tba_lab.actors`.
 
-Placement: the policy, the algorithm's own parameters (a learned log Z) and the optimizer state
-live on ``async.trainer_device`` (``cpu`` by default, or one GPU); batches are scored there
-(token ids move in :mod:`tba_lab.rollout.scoring`); messages from searchers stay CPU lists.
+* ``mode="async"``: once the buffer holds ``buffer.initial_fill`` rollouts the trainer never
+  waits for generation (except under the replay bound ``buffer.max_replay_ratio``). Fresh data
+  is up to about 2k-1 updates stale; replayed data can be older (logged per batch, bounded in
+  reach by ``buffer.max_prompts``).
+* ``mode="sync"``: strict alternation with k = 1 through the same code (on-policy).
 
-Departures from the paper's setup, stated plainly: a single trainer process on one device (no
-DeepSpeed/FSDP), a replay buffer bounded in prompts (``buffer.max_prompts``), a learning rate
-decayed linearly to 0 over the budget (``training.lr_schedule``), the reference log-probs
-computed here as the searchers' messages are drained (``async.reference_pass: trainer``; or in
-the searchers), recency m = 1 by default (every batch from the freshest rollouts, with the
-replay bound ``buffer.max_replay_ratio`` 1), and greedy accuracy on a synthetic task as the
-evaluation.
+The policy, a learned log Z and the optimizer state live on ``async.trainer_device`` (CPU or one
+GPU). Departures from the paper: one trainer process on one device (no DeepSpeed/FSDP), a
+replay buffer bounded in prompts, a learning rate decayed linearly to 0 over the budget, recency
+m = 1 with the replay bound by default, reference log-probs computed by the trainer on the rows
+it samples or by the searchers (``async.reference_pass``), and greedy accuracy on a synthetic
+task as the evaluation.
 
-Outputs in ``output_dir``: what :class:`~tba_lab.runlog.RunLog` writes (``config.yaml``,
-``metrics.jsonl``, ``searchers.jsonl``, ``eval.jsonl``, ``summary.json``, ``curves.png``), the
-replay buffer (``buffer.pt``), the final policy (``policy/``, ``save_pretrained``) and the
-resumable ``checkpoint.pt`` (:mod:`tba_lab.checkpoint`, every ``training.save_seconds`` /
-``save_steps``). Ctrl-C stops it within seconds, saving all of these so far; ``train(cfg,
-resume=True)`` continues from the checkpoint. Failed searchers are restarted or retired by
-:class:`Feed`'s policy.
+Outputs in ``output_dir`` (docs/usage.md#what-a-run-writes): the :class:`~tba_lab.runlog.RunLog`
+files, ``buffer.pt``, ``policy/`` and the resumable ``checkpoint.pt`` (:mod:`tba_lab.checkpoint`).
+Ctrl-C stops it within seconds, saving all of these; ``train(cfg, resume=True)`` continues.
 """
 from __future__ import annotations
 
@@ -372,8 +361,7 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
         held_out = task.load("test")
         buffer = ReplayBuffer(cfg.buffer.capacity_per_prompt, cfg.buffer.recency_prob,
                               cfg.buffer.inv_temp, seed=cfg.seed,
-                              max_prompts=cfg.buffer.max_prompts or None, dedup=cfg.buffer.dedup,
-                              recency_fallback=cfg.buffer.recency_fallback)
+                              max_prompts=cfg.buffer.max_prompts or None, dedup=cfg.buffer.dedup)
         tr = cfg.training
         optimizer = torch.optim.AdamW(
             [{"params": list(policy.parameters()), "base_lr": tr.learning_rate},

@@ -342,7 +342,7 @@ def test_stop_event_ends_a_threaded_run_early_and_saves(tmp_path):
 def test_a_searcher_waits_for_room_before_it_generates():
     """``wait_for_room`` (called before every batch, then the weights are pulled) returns only
     once the trainer took the batch that filled the queue, and gives up when stop is set; a
-    batch is then never generated to wait behind a full queue (docs/first_minute.md, fifth round)."""
+    batch is then never generated to wait behind a full queue (docs/log.md, fifth round)."""
     import threading
 
     from tba_lab.actors.searcher import wait_for_room

@@ -1,8 +1,10 @@
-"""The race's bookkeeping (bench/race.py): accuracy at a checkpoint and time to target, both
-interpolated between evaluations; means and ranges over seeds; ratios; the goal line; the report
-files (with fake legs); and curves.png's two kinds of held-out evaluation (tba_lab/runlog.py).
+"""The benchmarks' bookkeeping: the race (``tba-lab experiment race``,
+tba_lab/lab/experiments/race.py: accuracy at a checkpoint interpolated between evaluations,
+means and ranges over seeds, ratios, the goal line, the report files with fake legs), the
+trade-off race on the other tasks, the per-update benchmark, curves.png's two kinds of held-out
+evaluation (tba_lab/runlog.py), and bench/scaling_check.py.
 
-The legs themselves are measured by running the script, not in tests (timing is not a test)."""
+The legs themselves are measured by running the benchmarks, not in tests (timing is not a test)."""
 import importlib.util
 import json
 import os
@@ -10,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("race", Path(__file__).parents[1] / "bench" / "race.py")
-race = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(race)
+from tba_lab.lab.experiments import ExperimentError, experiment_settings, run_experiment
+from tba_lab.lab.experiments import per_update, race
+from tba_lab.lab.experiments import race_tasks as task_race
 
 EVALS = [{"wall_seconds": 0.0, "step": 0, "accuracy": 0.35},
          {"wall_seconds": 61.2, "step": 100, "accuracy": 0.39},
@@ -38,6 +40,10 @@ def curve(*points):
     return [{"wall_seconds": t, "step": i, "accuracy": a} for i, (t, a) in enumerate(points)]
 
 
+def spread(mean, lo, hi, n, missing=0):
+    return {"mean": mean, "min": lo, "max": hi, "n": n, "missing": missing}
+
+
 def test_accuracy_at_interpolates_between_the_evaluations_around_the_checkpoint():
     # by hand: 30 s lies 30/36 of the way from (0 s, 35%) to (36 s, 41%): 35 + 6 * 30/36 = 40%;
     # 60 s lies 24/35 of the way from (36 s, 41%) to (71 s, 48%): 41 + 7 * 24/35 = 45.8%;
@@ -56,25 +62,15 @@ def test_the_table_files_no_late_evaluation_under_the_next_checkpoint():
     assert race.checkpoints(2, 30) == [30, 60, 90]
     assert race.checkpoints(2.9, 60) == [60, 120]
     assert race.checkpoints(3, 15)[:2] == [15, 30] and race.checkpoints(3, 15)[-1] == 165
-    text = race.table({"b": leg(LATE)}, minutes=2, eval_every=30, target=0.45)
+    text = race.race_table({0: {"b": leg(LATE)}}, minutes=2, eval_every=30, target=0.45)
     head, _, row = text.splitlines()[:3]
     assert head == ("| leg | updates/min | samples/min | staleness mean/max | acc before "
                     "| acc @30s (interp.) | acc @60s (interp.) | acc @90s (interp.) | acc end "
                     "| time to 45% (interp.) |")
-    # the old table read "- | 41.0% | 48.0% | 41.0%" here: each evaluation one column late
+    # filed by time of measurement this row would read "- | 41.0% | 48.0% | 41.0%" instead
     assert row == ("| (b) sync TB | 150.0 | 19,200 | 0.0/0 | 35.0% | 40.0% | 45.8% | 44.1% "
                    "| 50.0% | 56 s |")
     assert "interpolated linearly" in text
-
-
-def test_time_to_target_interpolates_at_the_first_crossing():
-    # 45% first reached at 71 s (48%), from 41% at 36 s: 36 + 35 * (45 - 41) / (48 - 41) = 56 s
-    assert race.time_to_target(LATE, 0.45) == pytest.approx(56.0)
-    assert race.time_to_target(EVALS, 0.40) == pytest.approx(61.2 + 60.8 * 0.5)  # 91.6
-    assert race.time_to_target(EVALS, 0.35) == 0.0  # the before-evaluation is there already
-    assert race.time_to_target(EVALS, 0.5) is None
-    # the FIRST crossing: up to 50% at 30 s, down to 20%, up again to 60% at 90 s
-    assert race.time_to_target(curve((0, 0.3), (30, 0.5), (60, 0.2), (90, 0.6)), 0.4) == pytest.approx(15.0)
 
 
 def two_seeds():
@@ -104,21 +100,21 @@ def test_updates_table_interpolates_by_update_count_and_counts_the_seeds_that_go
     assert cells[1] == "43.5% (43.5-43.5) [1/2 seeds] |"
 
 
-def test_mean_and_range_over_two_seeds():
+def test_mean_and_range_over_two_seeds_and_one_seed():
     runs = two_seeds()
     agg = race.aggregate(runs, [60, 120], 0.40)
     a = agg["a"]
     assert a["seeds"] == 2
-    assert a["updates_per_minute"] == pytest.approx({"mean": 155.0, "min": 150.0, "max": 160.0, "n": 2})
+    assert a["updates_per_minute"] == pytest.approx(spread(155.0, 150.0, 160.0, 2))
     assert a["samples_per_minute"]["mean"] == pytest.approx(19840.0)
-    assert a["accuracy_after"] == pytest.approx({"mean": 0.46, "min": 0.46, "max": 0.46, "n": 2})
+    assert a["accuracy_after"] == pytest.approx(spread(0.46, 0.46, 0.46, 2))
     # at 60 s: seed 0 35 + 6 * 60/61 %, seed 1 35 + 8 * 60/61 %
     lo, hi = 0.35 + 0.06 * 60 / 61, 0.35 + 0.08 * 60 / 61
-    assert a["accuracy_at"]["60"] == pytest.approx({"mean": (lo + hi) / 2, "min": lo, "max": hi, "n": 2})
+    assert a["accuracy_at"]["60"] == pytest.approx(spread((lo + hi) / 2, lo, hi, 2))
     assert agg["c"]["staleness_mean"]["mean"] == pytest.approx(4.2) and agg["c"]["staleness_max"] == 21
     # time to 40%: (e) reaches it in seed 0 only (at 60 s); the mean counts that seed
-    assert agg["e"]["time_to_target"] == pytest.approx({"mean": 60.0, "min": 60.0, "max": 60.0, "n": 1})
-    text = race.table(runs, minutes=3, eval_every=60, target=0.40)
+    assert agg["e"]["time_to_target"] == pytest.approx(spread(60.0, 60.0, 60.0, 1, missing=1))
+    text = race.race_table(runs, minutes=3, eval_every=60, target=0.40)
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| (")}
     assert rows["| (a) sync GRPO"].startswith("| (a) sync GRPO | 155.0 (150.0-160.0) | 19,840 (19,200-20,480) "
                                               "| 0.0 (0.0-0.0)/0 | 35.0% (35.0-35.0) | ")
@@ -127,9 +123,21 @@ def test_mean_and_range_over_two_seeds():
     assert "mean over seeds 0 1 (min-max)" in text
     # ratios per seed, then mean and range: (c)/(b) updates 540/390 and 504/360
     r = race.ratio_numbers(runs)["c/b"]["updates_per_minute"]
-    assert r == pytest.approx({"mean": (540 / 390 + 504 / 360) / 2, "min": 540 / 390, "max": 1.4, "n": 2})
+    assert r == pytest.approx(spread((540 / 390 + 504 / 360) / 2, 540 / 390, 1.4, 2))
     assert "(c)/(b) async TBA / sync TB: updates/min 1.39x (1.38-1.40)" in race.ratios(runs)
     assert "(a)/(e) sync GRPO / TRL GRPOTrainer: updates/min 1.74x (1.60-1.88)" in race.ratios(runs)
+
+    # one seed: cells and ratios without a range
+    row = lambda updates, samples: leg(EVALS, updates, samples, 180.0)  # noqa: E731
+    one = {0: {"a": row(300, 38400), "b": row(240, 30720), "c": row(360, 46080), "e": row(150, 19200)}}
+    text = race.ratios(one)
+    assert "(c)/(b) async TBA / sync TB: updates/min 1.50x, samples/min 1.50x  [goal >= 1.2]" in text
+    assert "(c)/(a) async TBA / sync GRPO: updates/min 1.20x" in text
+    assert "(a)/(e) sync GRPO / TRL GRPOTrainer: updates/min 2.00x" in text
+    table = race.race_table(one, minutes=3, eval_every=60, target=0.40)
+    at60, at120 = 35 + 4 * 60 / 61.2, 39 + 2 * (120 - 61.2) / 60.8
+    assert (f"| (a) sync GRPO | 100.0 | 12,800 | 0.0/0 | 35.0% | {at60:.1f}% | {at120:.1f}% | 40.0% "
+            "| 92 s |") in table
 
 
 def test_the_goal_on_made_up_races():
@@ -164,99 +172,51 @@ def test_the_goal_on_made_up_races():
     assert race.goal(agg, ticks)["met"] is None
 
 
-def test_one_seed_keeps_the_old_cells_and_ratios():
-    row = lambda updates, samples: leg(EVALS, updates, samples, 180.0)
-    results = {"a": row(300, 38400), "b": row(240, 30720), "c": row(360, 46080), "e": row(150, 19200)}
-    assert race.as_runs(results) == {0: results}  # an older race.json: one seed, {leg: result}
-    text = race.ratios(results)
-    assert "(c)/(b) async TBA / sync TB: updates/min 1.50x, samples/min 1.50x  [goal >= 1.2]" in text
-    assert "(c)/(a) async TBA / sync GRPO: updates/min 1.20x" in text
-    assert "(a)/(e) sync GRPO / TRL GRPOTrainer: updates/min 2.00x" in text
-    table = race.table(results, minutes=3, eval_every=60, target=0.40)
-    at60, at120 = 35 + 4 * 60 / 61.2, 39 + 2 * (120 - 61.2) / 60.8
-    assert (f"| (a) sync GRPO | 100.0 | 12,800 | 0.0/0 | 35.0% | {at60:.1f}% | {at120:.1f}% | 40.0% "
-            "| 92 s |") in table
-
-
-def test_main_runs_seed_major_and_writes_the_report(tmp_path, monkeypatch, capsys):
-    """Fake legs (no training): the order, race.json, race.md's header line and race.png."""
+def test_the_race_runs_seed_major_and_writes_the_report(tmp_path, monkeypatch):
+    """Fake legs (no training) through ``tba-lab experiment race``'s runner: the order, the
+    overrides every leg gets, results.json, report.md's header and readings, and race.png's
+    line and band per leg."""
     order = []
 
-    def fake(seed, name, out):
-        order.append((seed, name))
-        assert out == tmp_path / f"seed{seed}"
-        return two_seeds()[seed % 2][name]
+    def fake(variant, overrides, run_dir, seed, s):
+        order.append((seed, variant))
+        assert run_dir == tmp_path / "race" / "runs" / f"{variant}_seed{seed}"
+        assert overrides["task"]["defer_interim_eval"] is True and overrides["max_minutes"] == 3
+        r = two_seeds()[seed % 2][variant]
+        return {"seed": seed, "trainer_steps": r["updates"],
+                **{k: r[k] for k in ("samples_generated", "wall_seconds", "accuracy_before",
+                                     "accuracy_after", "staleness_mean", "staleness_max")}}, r["evals"]
 
-    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every, defer:
-                        fake(seed, name, out))
-    monkeypatch.setattr(race, "run_trl", lambda out, minutes, seed, size, every, defer: fake(seed, "e", out))
-    assert race.main(["--seeds", "0", "1", "--minutes", "3", "--eval-every", "60", "--legs", "e", "a",
-                      "b", "c", "--output-dir", str(tmp_path), "--skip-throughput"]) == 0
+    monkeypatch.setattr(race, "run", fake)
+    full = experiment_settings("race")  # the committed race's settings (docs/results/race/)
+    assert (full["minutes"], full["eval_every"], full["eval_size"], full["defer_eval"],
+            full["target"], full["legs"]) == (2.0, 15.0, 1000, True, 0.40, ["a", "b", "c", "d", "e"])
+    result = run_experiment("race", seeds=[0, 1], output_dir=tmp_path, log=None, settings={
+        "legs": "e,a,b,c", "minutes": 3, "eval_every": 60})
     assert order == [(0, "e"), (0, "a"), (0, "b"), (0, "c"), (1, "e"), (1, "a"), (1, "b"), (1, "c")]
-    md = (tmp_path / "race.md").read_text()
-    first = md.splitlines()[0]
-    assert first.startswith("Race of 20") and "cores (os.cpu_count())" in first
-    assert "seeds 0 1, 3 min per leg, eval 200 problems every 60 s, target 40%" in first
+    md = (tmp_path / "race" / "report.md").read_text()
+    assert "| seeds | 0 1 |" in md and f"| cores (`os.cpu_count()`) | {os.cpu_count()} |" in md
+    assert "legs = ['e', 'a', 'b', 'c'], minutes = 3.0, eval_every = 60.0, eval_size = 1000" in md
     assert "At equal trainer updates" in md and "| acc @20 updates |" in md
-    assert "goal (means over seeds): PASS." in md and "goal (means over seeds): PASS." in capsys.readouterr().out
-    data = json.loads((tmp_path / "race.json").read_text())
-    assert data["settings"]["seeds"] == [0, 1] and data["settings"]["checkpoints"] == [60, 120]
-    assert data["goal"]["met"] is True and data["goal"]["c_at_or_above_b"] is True
-    assert data["runs"]["1"]["b"]["evals"] == two_seeds()[1]["b"]["evals"]  # the measured points
-    assert data["runs"]["0"]["a"]["interpolated"]["accuracy_at"]["60"] == pytest.approx(0.35 + 0.06 * 60 / 61)
-    assert data["legs"]["a"]["updates_per_minute"]["min"] == pytest.approx(150.0)
-    assert data["ratios"]["c/b"]["updates_per_minute"]["max"] == pytest.approx(1.4)
-    assert (tmp_path / "race.png").stat().st_size > 1000
-    # --seed still means one seed; the default evaluation period is 30 s
-    order.clear()
-    race.main(["--seed", "1", "--legs", "c", "--output-dir", str(tmp_path), "--skip-throughput"])
-    assert order == [(1, "c")]
-    assert json.loads((tmp_path / "race.json").read_text())["settings"]["eval_every"] == 30.0
-    # --defer-eval reaches every leg and is written down
-    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every, defer:
-                        order.append(defer) or fake(seed, name, out))
-    order.clear()
-    race.main(["--seed", "1", "--legs", "c", "--defer-eval", "--output-dir", str(tmp_path),
-               "--skip-throughput"])
-    assert order == [True, (1, "c")]
-    assert json.loads((tmp_path / "race.json").read_text())["settings"]["defer_eval"] is True
-    assert "(weight copies, evaluated after the budget)" in (tmp_path / "race.md").read_text()
+    assert "- goal (means over seeds): PASS." in md and result["readings"][-1].startswith("goal (means")
+    data = json.loads((tmp_path / "race" / "results.json").read_text())
+    a = data["analysis"]
+    assert a["checkpoints"] == [60, 120] and a["goal"]["met"] is True and a["goal"]["c_at_or_above_b"]
+    assert data["runs"][6]["evals"] == [{**e, "n": None} for e in two_seeds()[1]["b"]["evals"]]
+    assert a["legs"]["a"]["accuracy_at"]["60"]["min"] == pytest.approx(0.35 + 0.06 * 60 / 61)
+    assert a["legs"]["a"]["updates_per_minute"]["min"] == pytest.approx(150.0)
+    assert a["ratios"]["c/b"]["updates_per_minute"]["max"] == pytest.approx(1.4)
+    assert (tmp_path / "race" / "race.png").stat().st_size > 1000
 
-
-def test_resume_runs_only_the_missing_legs_and_keeps_the_others(tmp_path, monkeypatch):
-    order = []
-
-    def fake(seed, name):
-        order.append((seed, name))
-        return two_seeds()[seed % 2][name]
-
-    monkeypatch.setattr(race, "run_ours", lambda name, overrides, out, minutes, seed, size, every, defer:
-                        fake(seed, name))
-    common = ["--minutes", "3", "--eval-every", "60", "--legs", "a", "b", "--output-dir",
-              str(tmp_path), "--skip-throughput"]
-    race.main(["--seeds", "0"] + common)
-    order.clear()
-    race.main(["--seeds", "0", "1", "--resume"] + common)
-    assert order == [(1, "a"), (1, "b")]  # seed 0 came from race.json
-    data = json.loads((tmp_path / "race.json").read_text())
-    assert data["runs"]["0"]["a"]["evals"] == two_seeds()[0]["a"]["evals"]
-    assert data["settings"]["seeds"] == [0, 1]
-    with pytest.raises(SystemExit):  # other settings than the saved race: refused
-        race.main(["--seeds", "0", "--resume", "--minutes", "2", "--legs", "a", "--output-dir",
-                   str(tmp_path), "--skip-throughput", "--eval-every", "60"])
-
-
-def test_race_png_has_a_line_and_band_per_leg():
     fig = race.plot(two_seeds(), minutes=3, eval_every=60)
     ax1, ax2 = fig.axes
     assert [t.get_text() for t in ax1.get_legend().get_texts()] == [
         "(a) sync GRPO", "(b) sync TB", "(c) async TBA", "(e) TRL GRPOTrainer"]
-    assert len(ax1.collections) == 4  # one min-max band per leg
+    assert len(ax1.collections) == 4 and len(ax2.patches) == 4  # a min-max band and a bar per leg
     xs, mean, lo, hi = race.curve_points(two_seeds(), "a", 3, 60)
     assert xs[0] == 0 and xs[-1] == 180 and 60 in xs and 120 in xs
     i = xs.index(60)
     assert mean[i] == pytest.approx(0.35 + 0.07 * 60 / 61) and lo[i] < mean[i] < hi[i]
-    assert len(ax2.patches) == 4
 
 
 # ------------------------------------------------------------------ curves.png (tba_lab/runlog.py)
@@ -314,10 +274,7 @@ def test_curves_png_draws_interim_and_before_after_as_two_labelled_series(tmp_pa
                                                                  "before/after, 500 problems"]
 
 
-# ---------------------------------------------------------------- bench/task_race.py
-_tspec = importlib.util.spec_from_file_location("task_race", Path(__file__).parents[1] / "bench" / "task_race.py")
-task_race = importlib.util.module_from_spec(_tspec)
-_tspec.loader.exec_module(task_race)
+# ---------------------------------------------------------------- race_preference, race_redteam
 
 
 def _pref_run(before: float, mid: float, after: float, ppl: float, upm: float) -> dict:
@@ -342,24 +299,21 @@ def test_task_race_aggregates_the_headline_and_trade_off_over_seeds():
     assert c["head_at"]["15"]["mean"] == pytest.approx((0.25 + 0.23) / 2)  # halfway to 30 s
     assert (c["head_after"]["min"], c["head_after"]["max"]) == (0.34, 0.40)
     assert c["trade_after"]["mean"] == pytest.approx(4.5)
-    text = task_race.table(runs, "preference", minutes=1, eval_every=15)
+    text = task_race.race_table(runs, "preference", minutes=1, eval_every=15)
     assert "| (c) async TBA | 110 (100-120) | 1.0 (1.0-1.0) | 20.0% (20.0-20.0) | 24.0% (23.0-25.0) |" in text
-    lines = task_race.readings(runs, "preference")
+    lines = task_race.trade_off_readings(runs, "preference")
     assert lines[0] == ("(c) async TBA: win_rate 20.0% -> 37.0% (+17.0 points, +14.0 to +20.0 over "
                         "2 seed(s)); perplexity_sft 3 -> 4.5.")
     assert lines[-1].startswith("Highest win_rate at the end: (c) async TBA; best perplexity_sft "
                                 "(lower is better): (a) sync GRPO.")
-    with pytest.raises(SystemExit, match="knows"):
+    with pytest.raises(ExperimentError, match="knows"):
         task_race.metrics_of("arithmetic")
 
 
-def test_per_update_is_deterministic_and_replays_the_batch(tmp_path, monkeypatch):
-    """bench/per_update.py has no timing in it: the same seed gives the same evaluations; with
-    reuse 2 the second update trains on the batch of the first (one rollout for two updates)."""
-    spec = importlib.util.spec_from_file_location(
-        "per_update", Path(__file__).parents[1] / "bench" / "per_update.py")
-    per_update = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(per_update)
+def test_per_update_is_deterministic_and_replays_the_batch(monkeypatch):
+    """``per_update`` has no timing in it: the same seed gives the same evaluations; with
+    reuse 2 the second update trains on the batch of the first (one rollout for two updates);
+    a variant's name gives its config, staleness and replay."""
     import tba_lab.rollout as rollout_module
 
     calls = []
@@ -367,16 +321,26 @@ def test_per_update_is_deterministic_and_replays_the_batch(tmp_path, monkeypatch
     monkeypatch.setattr(rollout_module, "rollout",
                         lambda *a, **kw: ("version" in kw and calls.append(kw["version"]))
                         or original(*a, **kw))  # training rollouts (evaluation passes none)
-    a = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8)
-    b = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8)
+    small = {"training": {"num_prompts_per_step": 4, "num_generations": 4}}  # B x K = 16 rows
+    a = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small)
+    b = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small)
     assert a["evals"] == b["evals"] and [s for s, _ in a["evals"]] == [0, 1, 2]
     assert calls == [0, 1, 0, 1]
     calls.clear()
-    per_update.run_variant("tb_reuse2", 0, updates=2, eval_every=2, eval_size=8)
+    per_update.run_variant("tb_reuse2", 0, updates=2, eval_every=2, eval_size=8, overrides=small)
     assert calls == [0]  # one batch rolled out, trained on twice
-    text = per_update.table([a, {**b, "seed": 1}])
+    rows = [{"variant": "tb", "seed": r["seed"], "stale": 0, "reuse": 1,
+             "evals": [{"step": n, "accuracy": acc} for n, acc in r["evals"]]}
+            for r in (a, {**b, "seed": 1})]
+    text = "\n".join(per_update.table(per_update.analyse(rows, {"eval_size": 8, "updates": 2})))
     first = 100 * a["evals"][0][1]
     assert f"| tb | {first:.1f} ({first:.1f}-{first:.1f}) |" in text
+    assert per_update.parse_variant("tb_len_std_lr2.5e-5_stale10") == (
+        {"algo": "tb", "tb": {"loss_type": "token_mean", "scale_rewards": "group"},
+         "training": {"learning_rate": 2.5e-5}}, 10, 1)
+    assert per_update.parse_variant("grpo_beta0.3_reuse2") == ({"algo": "grpo", "grpo": {"beta": 0.3}}, 0, 2)
+    with pytest.raises(ExperimentError, match="factor 'stal5'"):
+        per_update.parse_variant("tb_stal5")
 
 
 # ---------------------------------------------------------------- bench/scaling_check.py

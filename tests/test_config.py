@@ -125,6 +125,13 @@ def test_unknown_key_in_yaml_file(tmp_path):
     path.write_text("buffer:\n  recency: 0.5\n")
     with pytest.raises(ConfigError, match=r"buffer\.recency"):
         load_yaml(path)
+    # A removed option loads at the value that behaves as the kit does now (an old run folder's
+    # config, to resume) and is refused by name at any other.
+    path.write_text("buffer:\n  recency_fallback: newest\nasync:\n  wait_for_room: true\n")
+    assert load_yaml(path).buffer.recency_prob == from_dict({}).buffer.recency_prob
+    path.write_text("async:\n  wait_for_room: false\n")
+    with pytest.raises(ConfigError, match=r"async\.wait_for_room=False: this option was removed"):
+        load_yaml(path)
 
 
 def test_missing_yaml_file(tmp_path):

@@ -5,15 +5,17 @@ import json
 import math
 import os
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
 import torch
 
 from tba_lab.eval import sample_diversity
-from tba_lab.lab.experiments import (EXPERIMENTS, ExperimentError, experiment_settings,
-                                     run_experiment)
-from tba_lab.lab.experiments import beta, buffer_sampling, off_policy, scaling
+from tba_lab.lab.experiments import (BENCHMARKS, EXPERIMENTS, ExperimentError,
+                                     default_settings, experiment_settings, run_experiment)
+from tba_lab.lab.experiments import module as ex_module
+from tba_lab.lab.experiments import beta, buffer_sampling, default, off_policy, race_tasks, scaling
 from tba_lab.lab.experiments.common import separated, spread, time_to_target, trend
 from tba_lab.rollout.backend import Generations
 
@@ -36,6 +38,14 @@ def test_time_to_target_interpolates_linearly_between_the_evaluations_around_the
     assert time_to_target(rows((0, 0.42), (15, 0.30)), 0.40) == 0.0      # reached before training
     assert time_to_target(rows((0, 0.30), (12, 0.40)), 0.40) == pytest.approx(12.0)
     assert time_to_target(rows((0, 0.35), (15, 0.39)), 0.40) is None     # never reached
+    assert time_to_target(rows((0, 0.3), (30, 0.5), (60, 0.2), (90, 0.6)), 0.4) == pytest.approx(15.0)
+    # a slow race leg's evaluations land late (36, 71, 105 s): 45% is first reached at 71 s
+    # (48%), from 41% at 36 s: 36 + 35 * (45 - 41) / (48 - 41) = 56 s
+    late = rows((0, 0.35), (36, 0.41), (71, 0.48), (105, 0.41), (120.4, 0.50))
+    assert time_to_target(late, 0.45) == pytest.approx(56.0)
+    evals = rows((0, 0.35), (61.2, 0.39), (122, 0.41), (180.5, 0.40))
+    assert time_to_target(evals, 0.40) == pytest.approx(61.2 + 60.8 * 0.5)  # 91.6
+    assert time_to_target(evals, 0.35) == 0.0 and time_to_target(evals, 0.5) is None
     with pytest.raises(ValueError, match="empty"):
         time_to_target([], 0.4)
 
@@ -338,7 +348,7 @@ def test_cli_refuses_an_unknown_name_listing_the_names(tmp_path):
                         "--output-dir", str(tmp_path)], capture_output=True, text=True,
                        timeout=120, env=ENV)
     assert r.returncode == 2
-    for name in [*EXPERIMENTS, "all"]:
+    for name in [*EXPERIMENTS, "all", *BENCHMARKS]:
         assert name in r.stderr
     assert "offpolicy" in r.stderr and "Traceback" not in r.stderr
     assert not any(tmp_path.iterdir())
@@ -362,9 +372,10 @@ def test_empty_seeds_and_unknown_settings_are_refused(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_searchers_flag_sets_the_scaling_grid(tmp_path, capsys, monkeypatch):
+def test_searchers_and_set_flags_set_the_settings(tmp_path, capsys, monkeypatch):
     """`tba-lab experiment scaling --searchers 8 1 2 4` (a many-core machine) runs n1..n8 in
-    order; the flag is refused for another experiment."""
+    order; the flag is refused for another experiment. `--set KEY=VALUE` sets any setting in
+    its default's type; a bad value or key stops the command."""
     import tba_lab.lab.experiments as ex
     from tba_lab import cli
 
@@ -377,6 +388,19 @@ def test_searchers_flag_sets_the_scaling_grid(tmp_path, capsys, monkeypatch):
     assert [v for v, _ in scaling.variants(s)] == ["n1", "n2", "n4", "n8"]
     assert cli.main(["experiment", "beta", "--searchers", "2"]) == 2
     assert "--searchers applies to the scaling experiment only" in capsys.readouterr().err
+    assert cli.main(["experiment", "race", "--target", "0.45", "--set", "minutes=3", "legs=a,c",
+                     "--output-dir", str(tmp_path)]) == 0
+    s = experiment_settings("race", settings=seen["settings"])
+    assert (s["minutes"], s["legs"], s["target"], s["eval_size"]) == (3.0, ["a", "c"], 0.45, 1000)
+    s = experiment_settings("default", settings={"other": 1234567, "minutes": "2"})
+    assert (s["other"], s["minutes"]) == ("1234567", 2)  # a commit, and the config's type
+    seen.clear()
+    for args, said in ((["--set", "minutes=abc"], "minutes takes a float"),
+                       (["--set", "minutes"], "write KEY=VALUE"),
+                       (["--set", "legz=a"], "no setting 'legz'"),
+                       (["--set", "legs=a,x"], "unknown leg(s) ['x']")):
+        assert cli.main(["experiment", "race", *args, "--output-dir", str(tmp_path)]) == 2
+        assert said in capsys.readouterr().err and not seen
 
 
 def test_config_applies_to_every_run_and_refuses_what_the_experiment_sets(tmp_path, capsys,
@@ -428,15 +452,55 @@ def test_config_applies_to_every_run_and_refuses_what_the_experiment_sets(tmp_pa
         assert said in capsys.readouterr().err and not seen  # refused before any run
 
 
+def test_default_runs_other_then_this_per_seed_and_compares_them(tmp_path, monkeypatch):
+    """`tba-lab experiment default --set other=DIR`: a `tba-lab train` process per run with
+    the checkout's package first on PYTHONPATH, `other` then `this` per seed, and a reading
+    that calls rates whose seed ranges overlap within noise (processes faked)."""
+    calls = []
+    upm = {("other", 0): 121.0, ("this", 0): 122.4, ("other", 1): 117.0, ("this", 1): 118.3}
+
+    def fake_train(cmd, env, cwd, check, stdout):
+        out, seed = Path(cmd[cmd.index("--output-dir") + 1]), int(cmd[cmd.index("--seed") + 1])
+        label = "this" if Path(cwd) == default.HERE else "other"
+        calls.append((seed, label, env["PYTHONPATH"], cmd[3:4] + cmd[-2:]))
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text(json.dumps({
+            "seed": seed, "held_out_metrics": ["accuracy"], "accuracy_before": 0.346,
+            "accuracy_after": 0.494 - 0.008 * seed, "trainer_steps": 1102, "samples_generated": 141056,
+            "updates_per_minute": upm[label, seed], "staleness_mean": 1.0, "staleness_max": 2}))
+        (out / "eval.jsonl").write_text(json.dumps({"step": 0, "wall_seconds": 0.0, "accuracy": 0.346}) + "\n")
+        (out / "metrics.jsonl").write_text("".join(json.dumps(
+            {"update_seconds": u, "reference_seconds": 0.05}) + "\n" for u in (9.0, 0.3, 0.2, 0.4)))
+
+    monkeypatch.setattr(default.subprocess, "run", fake_train)
+    (tmp_path / "old").mkdir()
+    r = run_experiment("default", seeds=[0, 1], output_dir=tmp_path / "out", log=None,
+                       settings={"other": str(tmp_path / "old")})
+    assert [(c[0], c[1]) for c in calls] == [(0, "other"), (0, "this"), (1, "other"), (1, "this")]
+    assert calls[0][2] == str(tmp_path / "old") and calls[1][2] == str(default.HERE)
+    assert calls[1][3] == ["train", "--task", "arithmetic"]  # the defaults: no config file
+    table = (tmp_path / "out" / "default" / "report.md").read_text()
+    assert ("| this | 0 | 34.6% -> 49.4% (+14.8) | 1,102 | 122.4 | 141,056 | 1.0 / 2 | 0.300 "
+            "| 0.050 |") in table  # median update seconds without the first update's 9 s
+    assert r["readings"][1].startswith("`this` (2 seed(s)): accuracy after training 49.0% "
+                                       "(48.6% to 49.4%), a gain of +14.4 (+14.0 to +14.8) points")
+    assert r["readings"][2] == (f"Against `{tmp_path / 'old'}`, this checkout raises the update "
+                                f"rate (119 -> 120): within noise (the seed ranges overlap).")
+    assert (tmp_path / "out" / "default" / "default.png").stat().st_size > 1000
+
+
 def test_full_settings_and_the_seed_major_plan():
     s = experiment_settings("off_policy")
     assert s["algos"] == ["tb", "grpo", "rloo"] and s["sync_periods"] == [1, 4, 16, 64]
     assert [v for v, _ in off_policy.variants(s)][:3] == ["tb_k1", "grpo_k1", "rloo_k1"]
     from tba_lab.config import from_dict
 
-    for mod in EXPERIMENTS.values():  # every variant is a valid config of the real trainer
-        for _, overrides in mod.variants(mod.settings(False)):
-            from_dict(overrides)
+    for name in [*EXPERIMENTS, *BENCHMARKS]:  # every variant is a valid config of the trainer
+        for smoke in (False, True):
+            for _, overrides in ex_module(name).variants(default_settings(name, smoke)):
+                from_dict(overrides)
+    assert [v for v, _ in race_tasks.variants(default_settings("race_redteam"))] == [
+        "c", "d", "g", "c2", "c3"]  # the legs of docs/results/race_redteam/
     assert beta.settings(False)["beta_default"] == from_dict({}).tb.beta
 
 

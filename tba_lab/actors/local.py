@@ -1,38 +1,24 @@
 """Launch searchers as ``torch.multiprocessing`` processes on this machine.
 
 :class:`LocalLauncher` (``async.launcher: local``, the default) implements the
-:class:`~tba_lab.actors.launcher.Launcher` protocol the trainer uses: ``start()``,
-``publish()`` through the weight channel :func:`~tba_lab.actors.weights.make_weight_channel`
-chooses (CPU shared memory, or one CUDA buffer exported once to each searcher when the trainer
-and the searchers are on GPUs), ``poll()`` for messages, ``restart()``/``retire()`` of one
-searcher, ``stop()``. A launcher for Ray actors on other machines plugs in behind the same six
-methods.
+:class:`~tba_lab.actors.launcher.Launcher` protocol: ``start()``, ``publish()`` through the
+channel :func:`~tba_lab.actors.weights.make_weight_channel` chooses, ``poll()`` for messages,
+``restart()`` / ``retire()`` of one searcher, ``stop()``. Processes are spawned (safe with
+threads and CUDA) and enter at :func:`tba_lab.actors.searcher.searcher_main`, never a notebook
+cell. Each searcher's ``CUDA_VISIBLE_DEVICES`` is its own GPU, then the trainer's when it reads
+the CUDA weight buffer from another GPU (:func:`visible_devices_for`); several may share a GPU.
 
-Placement (``async.trainer_device``, ``async.searcher_devices``): each searcher process gets
-``CUDA_VISIBLE_DEVICES`` = its own GPU, then the trainer's GPU when it reads the CUDA weight
-buffer from another GPU (:func:`visible_devices_for`), set by the searcher before CUDA starts;
-inside, its GPU is ``cuda:0``. Several searchers may share one GPU.
+Robust to a searcher killed mid-message (SIGKILL, the OOM killer):
 
-Processes use the ``spawn`` start method (safe with threads and, later, CUDA); their entry point
-lives in the package (:func:`tba_lab.actors.searcher.searcher_main`), never in a notebook cell.
+* each searcher has its OWN queue of ``async.queue_size`` batches: a dead writer can leave a
+  half message and the queue's write lock held, which in a shared queue would block everyone;
+  the trainer closes its copy of each queue's write end, so reading a half message raises
+  ``EOFError`` instead of waiting forever;
+* the stop flag is a :class:`~tba_lab.actors.locks.StopFlag` (one shared byte), not a
+  ``multiprocessing.Event``, whose lock a killed reader would hold for good.
 
-Each searcher has its OWN queue of ``async.queue_size`` batches, and waits for room in it before
-it generates (:func:`~tba_lab.actors.searcher.wait_for_room`). A process killed in the middle
-of writing a message (SIGKILL, the OOM killer) can leave a half message in its pipe and its
-queue's write lock held; with one shared queue that would block every other searcher and the
-trainer for good. With one queue each, only the dead searcher's queue is affected and it is
-thrown away with it. For the same reason the trainer closes its own copy of each queue's write
-end (the private ``_writer`` of ``multiprocessing.Queue``; the trainer never puts): reading a
-half message from a dead writer then raises ``EOFError`` instead of waiting forever.
-
-``stop()`` sets the stop flag, drains the queues while the children finish (a child blocked on
-a full queue must never hang shutdown), then terminates and finally kills stragglers: no process
-is left behind. It is also registered with ``atexit``; searchers also exit on their own when
-the trainer process disappears (they check their parent every batch). The stop flag is a
-:class:`~tba_lab.actors.locks.StopFlag` (one shared byte), not a ``multiprocessing.Event``: a
-searcher killed while it reads an Event holds the Event's lock for good, and the trainer's
-``stop``, which sets it with Ctrl-C ignored (the final saves must run to the end), would wait on
-it forever.
+``stop()`` (also registered with ``atexit``) sets the flag, drains the queues while the children
+finish, then terminates and kills stragglers; searchers also exit when the trainer disappears.
 """
 from __future__ import annotations
 

@@ -30,14 +30,11 @@ needs it for every row it trains on; where it runs decides whose time it takes:
   and rows that are never sampled are never scored.
 * ``auto`` (the default): ``searcher`` when there are two or more searchers and each has a
   device of its own (a GPU, a Ray actor, or a CPU core of its own beside the trainer's: ``cores
-  >= n + 1``); ``trainer`` otherwise. Why: with one searcher, or with searchers sharing the
-  trainer's cores, generation is the bottleneck and the trainer has time to spare (on 2 cores
-  with one searcher the searcher takes 0.42 s per batch against the trainer's 0.30 s per update,
-  docs/first_minute.md fourth round); once searchers have cores of their own they make more
-  rows than the trainer can train on, the trainer is the bottleneck, and every second of scoring
-  moved off it is an update gained (on 16 cores the trainer-side pass that scored every drained
-  row grew from 0.10 to 0.69 s per update with 1 to 8 searchers, while an update took 0.3 s:
-  the 2026-12-04 H200 machine's logs, docs/log.md).
+  >= n + 1``); ``trainer`` otherwise. Why: with one searcher, or searchers sharing the
+  trainer's cores, generation is the bottleneck and the trainer has time to spare; once
+  searchers have cores of their own they make more rows than the trainer can train on, and
+  every second of scoring moved off the trainer is an update gained
+  (docs/results/README.md#more-searchers).
 """
 from __future__ import annotations
 

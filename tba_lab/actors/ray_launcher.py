@@ -1,61 +1,36 @@
 """Launch searchers as Ray actors, on this machine or on a Ray cluster (``async.launcher: ray``).
 
-:class:`RayLauncher` implements the same six methods as
-:class:`~tba_lab.actors.local.LocalLauncher` (the :class:`~tba_lab.actors.launcher.Launcher`
-protocol) and sends the trainer the same messages, so the trainer does not know which one
-runs. Each searcher is a Ray actor that runs the unchanged searcher loop
-(:func:`tba_lab.actors.searcher._loop`) with three small adapters:
+:class:`RayLauncher` implements the :class:`~tba_lab.actors.launcher.Launcher` protocol, as
+:class:`~tba_lab.actors.local.LocalLauncher` does, so the trainer does not know which one runs.
+Each searcher is a threaded Ray actor (``max_concurrency=2``: the loop, and new weight
+references) running the unchanged loop (:func:`tba_lab.actors.searcher._loop`) with three
+adapters:
 
-* ``weights``: :class:`PushedWeights`. The trainer packs the parameters into ONE CPU byte
-  vector (the :class:`~tba_lab.actors.weights.Layout` of the CUDA channel: name, dtype, shape
-  and offset per parameter), puts it in Ray's object store once
-  per publish (``ray.put``) and sends each actor the reference, wrapped in a list so that Ray
-  does not fetch it at call time. A searcher fetches the bytes only when its loop asks for
-  newer weights (intermediate versions it skipped are never transferred). On the trainer's
-  node the fetch is a zero-copy read of shared memory; on another node Ray copies the object
-  over the network once per node. The searcher then makes one private copy for
-  ``backend.load_weights``.
-* ``out_queue``: one bounded ``ray.util.queue.Queue`` shared by all searchers, of
-  ``async.queue_size * async.num_searchers`` batches (the local launcher's total). The local
-  launcher needs a queue per searcher because a killed process can leave half a message in its
-  pipe; here a put is one remote call to the queue actor, which either arrives whole or not at
-  all, so one queue (one process) is enough. Its ``put(msg, timeout=)`` raises ``queue.Full``
-  (Ray's ``Full`` subclasses it), as the loop expects. The loop's wait for room before a batch
-  (``full()``, one remote call per check, at most every 10 ms) then waits for room in the
-  shared queue: with ``queue_size`` 1, about one untaken batch per searcher, not one each.
+* ``weights``: :class:`PushedWeights`. At each publish the trainer packs the parameters into
+  one CPU byte vector (the :class:`~tba_lab.actors.weights.Layout`), ``ray.put`` s it once and
+  sends each actor the reference; a searcher fetches the bytes only when its loop asks for
+  newer weights (zero-copy on the trainer's node, one network copy per other node).
+* ``out_queue``: one bounded ``ray.util.queue.Queue`` of ``async.queue_size *
+  async.num_searchers`` batches shared by all searchers. One queue is enough here because a put
+  is one remote call that arrives whole or not at all (the local launcher needs one per
+  searcher, since a killed process can leave half a message in a pipe).
 * ``stop``: a ``threading.Event`` inside the actor (``ray.kill`` ends it anyway).
 
-The actors are threaded (``max_concurrency=2``): one thread runs the loop (the ``run`` call),
-the other receives new weight references. The ``run`` call's ObjectRef says how the searcher
-ended: a traceback string (an exception: ``SearcherFailed(reason="raised")``), or a
-``RayActorError`` (the actor died: killed, out of memory, its node lost:
-``SearcherFailed(reason="exited")``), each reported once by :meth:`RayLauncher.poll`.
+:meth:`RayLauncher.poll` reports each searcher's end once: a traceback string
+(``SearcherFailed(reason="raised")``) or a ``RayActorError`` (killed, out of memory, node
+lost: ``reason="exited"``). Placement: one bundle per searcher, ``{"CPU":
+ray.num_cpus_per_searcher}`` plus a GPU share when its device is CUDA (the local launcher's
+device rule; the actor sees its GPU as ``cuda:0``). The trainer runs in the driver, and the
+queue actor is pinned to the driver's node so that losing another node never takes the
+trainer's inbox with it. A Ray already initialised in this process is used and left running;
+otherwise the launcher connects to ``ray.address`` (or ``RAY_ADDRESS``) or starts a local Ray
+with worker niceness 0, so that searchers and trainer share busy cores as with the local
+launcher. Two-node use: docs/usage.md#gpus-vllm-and-several-machines and ``docs/ray.md``.
 
-Placement: a placement group with one bundle per searcher, ``{"CPU": ray.num_cpus_per_searcher}``
-plus a GPU share when the searcher's device (the local launcher's rule:
-``async.searcher_devices[i % len]``, else ``async.trainer_device``) is CUDA; searchers naming
-the same device share one GPU. Ray sets ``CUDA_VISIBLE_DEVICES`` for the actor, so the actor's
-config is rewritten to see its GPU as ``cuda:0``. The trainer runs in the driver, where ``tba-lab
-train`` was started; the queue actor is pinned to the driver's node (hard node affinity, 0
-CPUs), so that losing another node never takes the trainer's inbox with it.
-
-Ray itself: when Ray is already initialised in this process (a notebook, a test), the launcher
-uses it and leaves it running. Otherwise it connects to ``ray.address`` (or ``RAY_ADDRESS``;
-``auto`` = the cluster ``ray start`` runs on this machine), or starts a local Ray with
-``ray.num_cpus`` logical CPUs and no dashboard; it shuts down only a Ray it initialised. Ray
-runs its workers 15 nice levels below the driver by default (``RAY_worker_niceness``); a local
-Ray started here sets 0 instead, so that searchers and trainer share busy cores as they do with
-the local launcher (with Ray's default the trainer takes the cores first: more updates, fewer
-and staler rollouts on a machine with fewer cores than processes).
-
-Not built, not run here: weights go through the object store on CPU only. GPU-to-GPU transfer
-(a NCCL broadcast group between the trainer and the searchers across machines, as OpenRLHF and
-verl do, or a CUDA IPC handle between actors on one node) is not implemented; with GPUs the
-trainer copies its weights to the CPU at each publish. The GPU bundles were written against
-Ray 2.60's placement-group API and have not run on a GPU (this kit's CI has none, and the lent
-GPU machine has no Ray). Two-node use is documented in ``docs/ray.md``; ``bench/ray_two_node.py``
-runs it on two Ray nodes in network namespaces of one Linux machine (the weights cross a
-virtual link, a node is killed mid-run), not yet on two real machines.
+Limits: weights go through the object store on CPU only (no NCCL broadcast or CUDA IPC between
+actors, as OpenRLHF and verl do; with GPUs the trainer copies its weights to the CPU at each
+publish). The GPU bundles follow Ray 2.60's placement-group API and have not run on a GPU;
+``bench/ray_two_node.py`` runs two Ray nodes in network namespaces of one machine.
 """
 from __future__ import annotations
 
@@ -309,9 +284,8 @@ def wait_for_exit(actors: list, timeout: float) -> list[int]:
     dead, and return the positions of those still alive after ``timeout`` seconds in all.
 
     ``ray.kill`` only sends the request and returns: a call made right after it can still be
-    served by the actor (1 time in 20 on a local 2-CPU Ray 2.60 here, 2026-12-03), so a
-    ``stop()`` that returned at once could leave actors running for a moment (and a test that
-    checks "nothing left" failed now and then). Each actor is probed with
+    served by the actor (about 1 time in 20 on a local Ray 2.60), so a ``stop()`` that returned
+    at once could leave actors running for a moment. Each actor is probed with
     ``__ray_ready__``: an answer means it still runs (probe again 20 ms later); a
     ``RayActorError`` means the cluster has recorded its death. Typically 2-6 ms per actor.
 

@@ -1,44 +1,31 @@
 """The searcher (actor) loop: pull weights, roll out, push (docs/design.md sec. 2).
 
-A searcher holds a possibly stale copy of the policy (inside its generation backend) and,
-with ``async.reference_pass: searcher``, the frozen reference policy. Each iteration it
-  0. waits until its queue has room (:func:`wait_for_room`; ``async.queue_size`` batches not
-     yet taken by the trainer fill it), so that the batch it is about to generate carries the
-     weights published last before the trainer can take it, rather than waiting, generated and
-     aging, behind a full queue (``async.wait_for_room: false`` skips this step: the rule before
-     the fifth round of the README's first-minute study),
-  1. pulls new weights if the trainer published since the last iteration (the weight channel
-     of :mod:`tba_lab.actors.weights`): its policy's parameters are views of the channel's
-     private buffer (``bind``), so the pull's one copy is the load; a backend with an engine of
-     its own (vLLM) gets the pulled pairs through ``backend.load_weights``,
+A searcher holds a possibly stale copy of the policy (inside its generation backend) and, with
+``async.reference_pass: searcher``, the frozen reference policy. Each iteration it
+
+  0. waits until its queue (``async.queue_size`` batches) has room (:func:`wait_for_room`), so
+     the batch it generates next carries the newest weights instead of aging behind a full
+     queue,
+  1. pulls new weights if the trainer published since (:mod:`tba_lab.actors.weights`; a bound
+     policy's pull is its load, an engine of its own such as vLLM gets ``load_weights``),
   2. takes the next ``num_prompts_per_step`` problems of the task's train split (a seeded pass,
-     reshuffled each epoch, so it never runs out of prompts),
-  3. calls :func:`tba_lab.rollout.rollout`: K = ``num_generations`` responses per prompt with
-     the behaviour log-probs the backend sampled with, the task's rewards, and reference
-     log-probs (None when the trainer computes them, the default, or the loss reads none:
-     GRPO at beta 0),
+     reshuffled each epoch),
+  3. calls :func:`tba_lab.rollout.rollout`: K responses per prompt with their behaviour
+     log-probs, the task's rewards, and reference log-probs (None when the trainer computes
+     them or no loss reads them),
   4. puts the :class:`~tba_lab.rollout.RolloutBatch`, tagged with the policy version, on the
-     queue; ``put`` uses a timeout in a loop so a stop request is always seen (a queue shared
-     by several searchers, as Ray's, can still be full here).
+     queue, with a timeout in a loop so a stop request is always seen.
 
-In ``sync`` mode it generates exactly one batch per published version (strict alternation),
-generating again when a batch kept no complete group of K (every group had a non-finite reward).
-The loop ends when ``stop`` is set or the parent process dies; SIGINT is ignored here because
-the trainer process owns shutdown (a terminal's Ctrl-C reaches every process in the group).
-An exception is reported as :class:`~tba_lab.actors.launcher.SearcherFailed` and the process
-exits with code 1; the trainer's failure policy restarts or retires it.
+Weights change only at step 1, so every row of a batch comes from the version it is tagged with.
+In ``sync`` mode it generates exactly one batch per published version. The loop ends when
+``stop`` is set or the parent dies; SIGINT is ignored (the trainer owns shutdown). An exception
+is reported as :class:`~tba_lab.actors.launcher.SearcherFailed` and the process exits with 1.
 
-Weights change only at step 1, between generation batches, never inside one: every row of a
-:class:`~tba_lab.rollout.RolloutBatch` comes from the weights of the version it is tagged with
-(tests/test_placement.py checks that no pull happens while a batch is generated).
-
-Placement: searcher i runs on ``async.searcher_devices[i % len]`` (:func:`searcher_device`; an
-empty list means the trainer's device). A launcher that spawns the process on this machine
-puts ``CUDA_VISIBLE_DEVICES`` for it in ``SearcherSpec.visible_devices`` (its own GPU first,
-then the trainer's GPU whose weight buffer it reads, by UUID); :func:`_loop` sets it before
-anything initialises CUDA, and the searcher then works on ``cuda:0``. Without an entry (a Ray
-actor, whose GPUs Ray assigns) the configured device is used as given. The models, the prompt
-batches and the reference pass live on that device; the messages carry plain lists (CPU).
+Placement: searcher i runs on ``async.searcher_devices[i % len]`` (:func:`searcher_device`;
+empty = the trainer's device). A local launcher passes ``CUDA_VISIBLE_DEVICES`` in
+``SearcherSpec.visible_devices`` (its own GPU first, then the trainer's, by UUID), which
+:func:`_loop` sets before CUDA starts, so the searcher works on ``cuda:0``; under Ray the
+configured device is used as given. Messages carry plain CPU lists.
 """
 from __future__ import annotations
 
@@ -167,7 +154,8 @@ def wait_for_room(q, stop) -> bool:
     full waits there a whole trainer update and is trained on two versions after the weights
     that generated it, for good: the backlog never drains. Waiting here instead, the searcher
     generates from the weights published just before the trainer takes its previous batch, and
-    ``async.queue_size: 1`` keeps the staleness of fresh rollouts at 1 (docs/first_minute.md, fifth round).
+    ``async.queue_size: 1`` keeps the staleness of fresh rollouts at 1
+    (measured: docs/log.md).
 
     Checks ``q.full()`` (portable; ``qsize`` is not on macOS) with sleeps growing from 1 to
     10 ms: a few ms of added latency per batch, and few remote calls to a Ray queue's actor.
@@ -268,7 +256,7 @@ def _loop(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop, seed: 
         weights.bind(policy)
     version, last_generated = -1, -1
     while _running(stop, parent):
-        if cfg.async_.wait_for_room and not wait_for_room(out_queue, stop):  # 0. room, then weights
+        if not wait_for_room(out_queue, stop):  # 0. room, then weights
             break
         t_sync = time.perf_counter()
         version, new_weights = weights.pull(version)  # only here, between batches

@@ -1,84 +1,32 @@
 """The weight channel from the trainer to the searchers (docs/design.md sec. 2, "weight sync").
 
-Two channels with one contract, ``publish(model, version)`` on the trainer side and
-``pull(have_version) -> (version, [(name, tensor)] or None)`` on the searcher side, plus
-``bind(model)`` for a searcher that samples from its own copy of the policy, a version counter
-shared through a ``torch.multiprocessing`` spawn context and a readers-writer lock
-(:class:`~tba_lab.actors.locks.FileLock`): ``publish`` holds it alone, ``pull`` shared
-(searchers copy at the same time), and the kernel releases it when its holder's process ends,
-so a searcher killed in the middle of its copy (SIGKILL, the OOM killer) never blocks the
-trainer's next ``publish`` (``multiprocessing.Lock`` would stay held for good):
+One contract: ``publish(model, version)`` on the trainer side, ``pull(have_version) -> (version,
+[(name, tensor)] or None)`` on the searcher side, and ``bind(model)`` for a searcher that samples
+from its own copy of the policy. :func:`make_weight_channel` picks the channel:
 
-* :class:`SharedWeights` (CPU, the default): all parameters in ONE flat float tensor in shared
-  memory (``Tensor.share_memory_()``), packed in ``named_parameters()`` order. All parameters
-  must share one dtype.
-* :class:`FlatWeights` (the CUDA IPC channel, chosen by :func:`make_weight_channel` when the
-  trainer and every searcher are on CUDA devices of this machine): ONE flat ``uint8`` buffer on
-  the trainer's device, laid out by a :class:`Layout` (name, dtype, shape and a 256-byte aligned
-  offset per parameter, so mixed dtypes are fine), exported to each searcher ONCE, when the
-  channel is pickled into the spawned child with its arguments, never per sync. The child
-  rebuilds the handle lazily, at its first ``pull`` (after it has set ``CUDA_VISIBLE_DEVICES``),
-  and keeps it until :meth:`FlatWeights.close` or its exit. torch's own rebuild
-  (``rebuild_cuda_tensor``) opens the handle on the PRODUCER's device index, which names
-  another GPU (or none) in a child that sees other devices; so the channel carries the GPU's
-  UUID (``torch.cuda.get_device_properties(i).uuid``) and the child replaces that index by the
-  position of the same UUID among its own visible devices (:func:`local_index`).
-  On a CPU device the same class runs on shared memory, which is how the tests exercise its
-  layout, version protocol and pickling without a GPU.
+* :class:`SharedWeights` (CPU, the default): all parameters in one flat float tensor in shared
+  memory, in ``named_parameters()`` order; one dtype.
+* :class:`FlatWeights` (trainer and every searcher on CUDA devices of this machine): one flat
+  ``uint8`` buffer on the trainer's device, laid out by a :class:`Layout` (mixed dtypes), exported
+  to each searcher once through CUDA IPC when the channel is pickled into the spawned child. The
+  child opens it at its first ``pull`` on the local index of the same GPU UUID
+  (:func:`local_index`), since torch reopens handles on the producer's index. On a CPU device the
+  same class runs on shared memory, which is how CI tests it.
 
-What a sync costs, per side (both channels; no pickling; a bound searcher allocates nothing):
+A sync is one copy on each side: ``publish`` copies each parameter into views made once, under a
+:class:`~tba_lab.actors.locks.FileLock` held alone; a bound searcher's parameters are views of a
+private buffer, so ``pull`` (lock held shared) is one copy and is the load. An unbound searcher
+(vLLM, ``own_engine = True``) gets ``(name, tensor)`` views to pass to ``load_weights``: two
+copies. The file lock is released by the kernel when its holder dies, so a searcher killed
+mid-copy never blocks the trainer. Buffers (rotary frequencies) are constants and not synced; a
+searcher pulls only between generation batches, so a batch never mixes two versions. Measured
+costs: docs/log.md.
 
-* trainer, ``publish``: ONE copy of the weights, each parameter straight into its place in the
-  shared buffer (``torch._foreach_copy_`` per dtype into views made once, when the channel is
-  built: one multi-tensor kernel per few dozen parameters on CUDA, then
-  ``torch.cuda.synchronize``), and the version bump, under the lock held alone. The parameters
-  are checked against the channel's names, dtypes and shapes before the lock is taken. The
-  trainer's parameters stay its own tensors (checkpoints and ``save_pretrained`` use them).
-* searcher, bound (:meth:`~SharedWeights.bind`, what the searcher loop does when its backend
-  samples from the searcher's own ``policy`` and loads with ``TransformersBackend``'s plain
-  copying ``load_weights``; tests/test_weight_views.py): the model's parameters
-  are views of ONE private buffer of the channel's layout on the model's device, allocated once,
-  so ``pull`` is ONE copy, shared buffer -> private buffer (a memcpy on the CPU; a
-  device-to-device or host-to-device copy and a ``synchronize`` on CUDA), under the lock held
-  shared, and that copy is the load: it returns the model's own ``(name, Parameter)`` pairs and
-  no ``load_weights`` follows. A parameter tied between two modules (embeddings and
-  ``lm_head``) is one Parameter object, listed once by ``named_parameters``; binding sets its
-  ``.data``, so both modules keep sharing it.
-* searcher, unbound (an engine with its own copy of the model, ``own_engine = True``: vLLM; and
-  any caller that never binds): ``pull`` makes a new private copy and returns ``(Hugging Face
-  name, tensor)`` views of it for the backend's ``load_weights``, which copies them into the
-  engine: two copies.
-
-Measured on 2 CPU cores (2026-12-04, the embedded model, 4.3 MB, one process, 200 syncs,
-medians): SharedWeights publish 0.50 ms (0.91 ms with the flattened copy made first), bound pull
-0.33 ms (a pull and ``load_weights`` took 0.90 ms); FlatWeights on the CPU alike (0.50 and 0.34
-ms, were 0.73 and 0.97). A publish waits for pulling searchers at most 0.1 ms at p99 with 1, 4
-or 8 of them (``bench/sync_wait.py``; searchers pull only when the version moved). On a GPU
-(a Qwen2-0.5B-shaped bf16 model, 0.99 GB; ``bench/gpu_check.sh`` measures it) the copies are
-device copies of about 0.5 ms each; the publish's host work for its 290 parameters is the
-traversal of ``named_parameters`` and the checks: 0.5 ms on the 2-core machine (meta tensors),
-where making the ~300 views per publish, as before, took 1.5 ms.
-
-Model *buffers* (e.g. rotary frequencies) are not synced because they are constants. A searcher
-pulls only between generation batches (:mod:`tba_lab.actors.searcher`), so one batch never
-mixes two versions.
-
-CUDA IPC rules this follows (torch "Multiprocessing best practices: sharing CUDA tensors";
-the flat-buffer pattern of OpenRLHF, verl and vLLM's IPC weight transfer): spawn (not fork);
-same machine only; the producer keeps the buffer alive while consumers use it (the launcher
-holds the channel for its whole life and calls :meth:`FlatWeights.close`, which runs
-``torch.cuda.ipc_collect()``, when it stops); the IPC event orders only writes made before the
-export, so a reused buffer needs the explicit synchronisation on both sides done here; memory
-from the allocator's expandable segments does not export everywhere, so
-``expandable_segments:True`` in ``PYTORCH_CUDA_ALLOC_CONF`` is refused
-(:func:`check_exportable_allocator`). A searcher killed without releasing its handle leaves the
-buffer referenced until the trainer process exits (the block is freed then).
-
-Not run here: the CUDA path was written against the torch 2.13 sources
-(``torch/multiprocessing/reductions.py``; ``aten/src/ATen/native/cuda/ForeachBinaryOpList.cu``
-for ``_foreach_copy_``, whose fast path needs one dtype per list) and is exercised only by
-``bench/gpu_check.sh`` and the CUDA-marked tests on a GPU machine; CI has no GPU and tests the
-same class on CPU.
+CUDA IPC rules followed (torch "Multiprocessing best practices"; the flat-buffer pattern of
+OpenRLHF, verl and vLLM): spawn, same machine, the launcher keeps the buffer alive and calls
+:meth:`FlatWeights.close` at the end, explicit synchronisation on both sides, and
+``expandable_segments:True`` refused (:func:`check_exportable_allocator`). The CUDA path runs only
+in ``bench/gpu_check.sh`` and the CUDA-marked tests.
 """
 
 from __future__ import annotations

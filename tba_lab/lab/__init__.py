@@ -12,7 +12,7 @@ from here; only the command line does (``tba-lab reproduce``, ``tba-lab experime
 * :mod:`tba_lab.lab.predict` -- the simulator calibrated on one machine's 1-searcher runs,
   checked on its runs with more searchers, predicting the automatic placement there
   (``bench/predict_scaling.py``).
-* :mod:`tba_lab.lab.recorded` -- timings recorded on bigger hardware (2026-12-04, one H200).
+* :mod:`tba_lab.lab.recorded` -- timings recorded on bigger hardware (one H200, 16 cores).
 * :mod:`tba_lab.lab.widgets` -- the ipywidgets explorer (notebook 06).
 * :mod:`tba_lab.lab.runs` -- the explorer's runs on disk: table, comparison, YAML export.
 * :mod:`tba_lab.lab.live` -- a training run in a background thread with live redraws.

@@ -1,35 +1,30 @@
 """Scaling prediction: calibrate the simulator on one machine's 1-searcher runs, check it on
 that machine's runs with more searchers, and predict the kit's automatic placement there.
 
-Why: the 2026-12-04 measurements ran the OLD placement (the trainer scored every row it drained,
-1 torch thread per async process); before paying for the GPU runs of the new defaults
-(``async.reference_pass: auto``, automatic threads, :mod:`tba_lab.actors.placement`) this says
-what they should show, and how far to trust it.
+Why: the recorded runs of :mod:`tba_lab.lab.recorded` (one NVIDIA H200 and 16 CPU cores) had the
+trainer score every row it drained, with 1 torch thread per async process; this says what the
+automatic placement (``async.reference_pass: auto``, automatic threads,
+:mod:`tba_lab.actors.placement`) should show on that machine, and how far to trust it.
 
 * :func:`predict_scaling` takes the calibration (:data:`CALIBRATION_2026_12_04`, or
   :func:`calibration_from_runs` of a measurements folder) and the model's parameters
   (:data:`MODEL_PARAMETERS`, or :func:`parameters_from_measure` of a
   ``bench/predict_scaling.py --measure`` JSON), simulates every leg of :data:`VALIDATION_LEGS`
-  under the old rule against :data:`MEASURED_2026_12_04`, then every leg of
-  :data:`NEW_DEFAULT_LEGS` placed as the kit would place it (:func:`new_default_placement`,
-  which asks :func:`tba_lab.actors.placement.plan`); :func:`prediction_report` writes the
-  markdown of ``docs/results/scaling_prediction.md`` (``bench/predict_scaling.py``).
+  with the recorded runs' placement against :data:`MEASURED_2026_12_04`, then every leg of
+  :data:`NEW_DEFAULT_LEGS` placed as the kit places it (:func:`new_default_placement`, which
+  asks :func:`tba_lab.actors.placement.plan`); :func:`prediction_report` writes
+  ``docs/results/scaling_prediction.md``.
 * :func:`simulate_leg`: one placement on the calibrated machine,
   :func:`tba_lab.lab.simulate.simulate` averaged over jitter seeds.
 
-Calibrated ONLY on the two 1-searcher runs of the 2026-12-04 measurements on one NVIDIA H200 and
-16 CPU cores (``cpu_async_tb_n1`` for every CPU leg, ``gpu_sync_tb`` for every GPU leg); the
-runs with more searchers are validation targets, never inputs. Their figures live in
-:mod:`tba_lab.lab.recorded`, and :data:`MEASURED_2026_12_04` is read from there.
-
-What it leaves out (section 4 of the report says it at length): memory bandwidth, shared caches
-and clock boost (on the 16 cores generation was 14-21% slower with 4-8 searchers than with 1,
-each with a core of its own); thread scaling beyond 2 threads (Amdahl's law with p measured at 1
-and 2 threads, an extrapolation); the GPU's sharing beyond one assumed slowdown per extra busy
-process, the same for every kind of job; start-up other than the calibration run's; per-batch
-variation other than Gaussian jitter around the calibration medians; GRPO's cheaper update
-(taken as TB's); weight publishing changed since 2026-12-04; and learning: it predicts rates
-and staleness, not accuracy.
+Calibrated ONLY on the two 1-searcher runs (``cpu_async_tb_n1`` for every CPU leg,
+``gpu_sync_tb`` for every GPU leg); the runs with more searchers are validation targets, never
+inputs. Left out (section 4 of the report): memory bandwidth, shared caches and clock boost;
+thread scaling beyond 2 threads (Amdahl's law fitted at 1 and 2, an extrapolation); GPU sharing
+beyond one assumed slowdown per extra busy process; start-up other than the calibration run's;
+variation other than Gaussian jitter; GRPO's cheaper update (taken as TB's); the current weight
+publish (the recorded runs' one copied more); and learning: it predicts rates and staleness,
+not accuracy.
 """
 from __future__ import annotations
 
@@ -87,8 +82,8 @@ MODEL_PARAMETERS = {
 }
 
 VALIDATION_LEGS = [
-    # (leg, device, mode, searchers, duration); old defaults: the trainer scores every drained
-    # batch, 1 torch thread per async process
+    # (leg, device, mode, searchers, duration); the recorded runs' placement: the trainer scores
+    # every drained batch, 1 torch thread per async process
     ("cpu_async_tb_n1", "cpu", "async", 1, 25.0),
     ("cpu_async_tb_n4", "cpu", "async", 4, 25.0),
     ("cpu_async_tb_n8", "cpu", "async", 8, 25.0),

@@ -1,12 +1,11 @@
 """Timings recorded on bigger hardware, for the course to set beside the student's own runs.
 
-Source: measured 2026-12-04 on one NVIDIA H200 with 16 CPU cores, the kit at bd662ce, 25-s CPU /
-30-s GPU runs, seed 0 (issue 32). That commit has the OLD default placement: the trainer did the
-reference pass on every row it drained from the searchers, and each process of an async CPU run
-used 1 torch thread; on the GPU the trainer and all searchers shared the one H200. So the
-searchers' scoring was rewards only, and the trainer's reference time per update grew with the
-number of searchers. The current defaults (``async.reference_pass: auto``, automatic threads,
-:mod:`tba_lab.actors.placement`) have not been measured there yet: nothing here describes them.
+Source: one NVIDIA H200 with 16 CPU cores, the kit at bd662ce, 25-s CPU / 30-s GPU runs, seed 0
+(:data:`SOURCE`). Those runs' placement is not today's default: the trainer did the reference
+pass on every row it drained from the searchers, each async CPU process used 1 torch thread, and
+on the GPU the trainer and all searchers shared the H200; so the trainer's reference time per
+update grew with the number of searchers. Nothing here describes the automatic placement
+(:mod:`tba_lab.actors.placement`); :mod:`tba_lab.lab.predict` predicts it from these runs.
 
 :data:`H200_2026_12_04` holds one entry per leg, shaped like
 :func:`tba_lab.lab.timeline.time_per_update`'s result so that
@@ -76,7 +75,7 @@ GPU_CHECK_2026_12_04 = {
                                "staleness_mean": 2.854},
 }
 
-# The legs notebook 05 draws, with their bar labels: searchers added under the old rule.
+# The legs notebook 05 draws, with their bar labels: searchers added with the recorded placement.
 CPU_LEGS = {"n1": "cpu_async_tb_n1", "n4": "cpu_async_tb_n4", "n8": "cpu_async_tb_n8"}
 GPU_LEGS = {"sync TB": "gpu_sync_tb", "n3": "gpu_async_tba_n3", "n6": "gpu_async_tba_n6"}
 

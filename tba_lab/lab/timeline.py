@@ -8,8 +8,8 @@ Reads what :func:`tba_lab.trainer.train` writes:
   with, and ``trainer_step`` (trainer updates done when the trainer drained it from the queue);
 * ``metrics.jsonl``: one row per trainer update, ending at ``wall_seconds`` and lasting
   ``update_seconds`` (loss, backward, optimizer step and, every k updates, the weight publish);
-  ``reference_seconds`` is the trainer's reference pass on the batches it drained since the
-  previous update (``async.reference_pass: trainer``), drawn as busy just before the update
+  ``reference_seconds`` is the trainer's reference pass since the previous update
+  (``async.reference_pass: trainer``), drawn as busy just before the update
   (it ran somewhere in the gap); ``wait_seconds`` is the rest of the gap between the previous
   update's end and this one's start (draining the queue, sampling the replay buffer, or
   waiting for data);
@@ -191,7 +191,7 @@ def run_measurements(run_dir) -> dict:
     batches = read_jsonl_rows(run_dir / "searchers.jsonl")
     updates = read_jsonl_rows(run_dir / "metrics.jsonl")
     mode = a.get("mode", "async")
-    placed = summary.get("placement") or {}  # the resolved threads (runs before it: the old rule)
+    placed = summary.get("placement") or {}  # the resolved threads; absent: 1 per async process
     auto = 1 if mode == "async" else _cores()
 
     def med(rows, key):

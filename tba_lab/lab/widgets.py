@@ -169,7 +169,7 @@ class _InterruptStops:
             previous(signum, frame)
         elif previous == signal.SIG_DFL:
             raise KeyboardInterrupt
-        # SIG_IGN (an idle kernel) or unknown: ignore, as before
+        # SIG_IGN (an idle kernel) or unknown: keep ignoring it, as the previous handler did
 
     def post_run_cell(self, result) -> None:
         if isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt):

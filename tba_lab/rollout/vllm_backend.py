@@ -1,65 +1,37 @@
-"""The vLLM generation backend (``model.backend: vllm``): an in-process engine in each searcher.
+"""The vLLM generation backend (``model.backend: vllm``): an in-process engine in each searcher,
+for runs whose GPUs are limited by generation rather than training (paged KV cache, continuous
+batching, CUDA graphs). Entry points: :class:`VllmBackend`, :func:`engine_kwargs`,
+:func:`sampling_kwargs`, :func:`to_generations`.
 
-Same contract as :class:`~tba_lab.rollout.backend.TransformersBackend`: prompt token ids in,
-:class:`~tba_lab.rollout.backend.Generations` out, prompt-major (rows i*K..i*K+K-1 answer
-prompt i), each response cut after the first EOS of ANY declared id and keeping it, a response
-that hit ``max_new_tokens`` without one, the behaviour log-probs of the sampled tokens under
-softmax(logits / T), empty log-prob lists for greedy decoding, and new weights through
-``load_weights`` with Hugging Face names. vLLM is the engine to use when generation, not
-training, limits a run on GPUs (paged key/value cache, continuous batching, CUDA graphs).
+Same contract as :class:`~tba_lab.rollout.backend.TransformersBackend`: prompt ids in,
+prompt-major :class:`~tba_lab.rollout.backend.Generations` out, each response cut after its
+first EOS (kept), behaviour log-probs of the sampled tokens under softmax(logits / T) (none for
+greedy), new weights through ``load_weights`` with Hugging Face names.
 
-Written against vLLM 0.33.0 (which pins torch 2.14.0 and transformers >=5.16.1,<5.21),
-read from its source; what this module relies on, with the file in that wheel:
+Written against vLLM 0.33.0 (torch 2.14.0), read from its source; another version may rename
+what this relies on, so check these first:
 
-* in-process engine: ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (``vllm/envs.py``) makes
-  ``LLMEngine`` use an ``InprocClient`` and a ``UniProcExecutor`` (``vllm/v1/engine/
-  llm_engine.py``), so no engine process is started: searchers are daemonic processes, which
-  may not have children. It is set (``setdefault``) before vLLM is imported.
-* weights: ``LLM.apply_model(fn)`` (``vllm/entrypoints/llm.py``) reaches
-  ``Worker.apply_model``, which calls ``fn(model_runner.get_model())`` (``vllm/v1/worker/
-  worker_base.py``); in-process, ``UniProcExecutor.collective_rpc`` calls ``fn`` directly
-  (``vllm/v1/executor/uniproc_executor.py``, ``run_method`` in ``vllm/v1/serial_utils.py``), so
-  the tensors are not pickled. ``llm.llm_engine.model_executor.driver_worker.model_runner.model``
-  (the path TRL's colocate mode uses) still exists in 0.33 but may be a ``CUDAGraphWrapper``;
-  ``get_model()`` unwraps it, and ``apply_model`` is the public route. The model's
-  ``load_weights`` takes Hugging Face names and fuses q/k/v and gate/up itself
-  (``LlamaModel.hf_to_vllm_mapper`` and ``AutoWeightsLoader`` in ``vllm/model_executor/models/
-  llama.py`` and ``utils.py``; a tied ``lm_head`` is skipped as an alias); it returns the
-  names it loaded. With prefix caching on, the cache is reset after each load
-  (``LLM.reset_prefix_cache``), or prompts would reuse keys and values of the old weights.
-* log-probs: ``logprobs_mode="processed_logprobs"`` (``vllm/config/model.py``) returns
-  ``log_softmax`` of the logits after temperature, top-k/top-p and logits processors
-  (``Sampler.sample`` in ``vllm/v1/sample/sampler.py``; ``forward_native`` in
-  ``vllm/v1/sample/ops/topk_topp_sampler.py``), in float32. With top-k and top-p off and no
-  penalties that is log_softmax(logits / T), what the trainer scores
-  (:func:`~tba_lab.rollout.scoring.response_logprobs`). The default ``raw_logprobs`` ignores
-  the temperature. ``logprobs=0`` returns only the sampled token's entry per position
-  (``vllm/logprobs.py``: a list of ``{token_id: Logprob(logprob, rank, decoded_token)}``, or a
-  ``FlatLogprobs`` when ``flat_logprobs=True``; :func:`to_generations` reads both).
-* EOS: ``stop_token_ids`` end a row and stay in ``CompletionOutput.token_ids`` (``check_stop``
-  in ``vllm/v1/core/sched/utils.py``; only the detokenized text drops them, and text is off
-  here: ``detokenize=False``, ``skip_tokenizer_init=True``, the kit tokenizes; without a
-  tokenizer vLLM logs "Chat template warmup failed" once at start, which is harmless), so the
-  convention matches the transformers backend's; :func:`to_generations` cuts at the first EOS
-  anyway. ``generation_config="vllm"``: nothing from the checkpoint's
-  ``generation_config.json`` (sampling defaults, a server-wide ``max_new_tokens``) applies,
-  as :func:`~tba_lab.rollout.backend.plain_generation_config` does for transformers.
-* sampling: ``top_k=0`` (0 or -1 mean "all tokens" in 0.33), ``top_p=1``, ``min_p=0``,
-  penalties neutral. Greedy (``temperature=0``) requires ``n=1`` in vLLM, so each prompt is
-  sent K times. vLLM raises a temperature below 0.01 to 0.01 (``_MAX_TEMP`` in
-  ``vllm/sampling_params.py``); the kit's temperatures are far above that.
-* outputs: ``LLM.generate`` returns one ``RequestOutput`` per prompt, in request order; its
-  ``outputs`` are the n ``CompletionOutput`` s, each with its ``index`` (``vllm/outputs.py``,
-  ``ParentRequest`` in ``vllm/v1/engine/parallel_sampling.py``); rows are sorted by ``index``.
-* dtype: the policy's (``dtype="auto"`` would turn a float32 checkpoint into bfloat16, and
-  the behaviour log-probs would no longer match the trainer's float32 scoring).
+* ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (``vllm/envs.py``, ``vllm/v1/engine/llm_engine.py``):
+  no engine process, since a daemonic searcher may not have children; set before the import.
+* weights: ``LLM.apply_model(fn)`` calls ``fn`` on the unwrapped model in-process (no
+  pickling; ``vllm/v1/worker/worker_base.py``); the model's ``load_weights`` takes HF names and
+  fuses q/k/v itself (``vllm/model_executor/models/llama.py``). The prefix cache is reset
+  after each load, or prompts would reuse keys and values of the old weights.
+* log-probs: ``logprobs_mode="processed_logprobs"`` gives log_softmax(logits / T) in float32
+  (``vllm/v1/sample/sampler.py``), what the trainer scores; the default ``raw_logprobs``
+  ignores the temperature. ``logprobs=0`` gives the sampled token's entry per position, as
+  dicts or ``FlatLogprobs`` (``vllm/logprobs.py``).
+* EOS: ``stop_token_ids`` stay in ``token_ids`` (``vllm/v1/core/sched/utils.py``); no
+  detokenizing (the kit tokenizes; the "Chat template warmup failed" log line is harmless).
+  ``generation_config="vllm"`` ignores the checkpoint's sampling defaults.
+* sampling: full vocabulary, neutral penalties; greedy needs ``n=1``, so each prompt is sent K
+  times; outputs come per prompt in request order, rows sorted by ``index`` (``vllm/outputs.py``).
+* dtype: the policy's (``"auto"`` would run a float32 checkpoint in bfloat16 and the behaviour
+  log-probs would drift from the trainer's float32 scoring).
 
-Not run here: CI has no GPU and does not install vLLM, so no real engine runs in the tests.
-They check the parts that are plain Python (:func:`to_generations` on outputs shaped exactly
-like 0.33's, including a fake engine that samples from the embedded model, whose log-probs
-must equal the trainer's; :func:`engine_kwargs`, :func:`sampling_kwargs`, the weight hand-off
-through a fake ``apply_model``; :meth:`VllmBackend.check_config`). Another vLLM version may
-rename any of the above: check it against these files first.
+CI has no GPU and no vLLM: the tests check the plain-Python parts (:func:`to_generations` on
+outputs shaped like 0.33's, a fake engine sampling from the embedded model, the kwargs, the
+weight hand-off through a fake ``apply_model``, :meth:`VllmBackend.check_config`).
 """
 from __future__ import annotations
 

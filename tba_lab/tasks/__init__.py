@@ -23,6 +23,9 @@ reward function of their own. Implementations registered in :data:`tba_lab.regis
   synthetic GSM8K-format task in ``data/arithmetic``.
 * :class:`tba_lab.tasks.gsm8k.GSM8KTask` (``gsm8k``): GSM8K through ``datasets`` (a local
   JSONL file or dataset folder, or a hub name), same prompt and exact-match reward.
+* :class:`tba_lab.tasks.preference.PreferenceTask` (``preference``) and
+  :class:`tba_lab.tasks.redteam.RedTeamTask` (``redteam``): the paper's other two tasks in
+  miniature (docs/usage.md#the-other-tasks-preference-and-red-teaming).
 
 Every math task shares one prompt format (:func:`format_prompt`) so the SFT model, the
 searchers and the evaluation see the same text.

@@ -1,45 +1,17 @@
 """GSM8K-format math: answer extraction, exact-match reward and data loading.
 
-GSM8K rows look like ``{"question": str, "answer": str}`` where the ``answer``
-field is worked reasoning that ends with a line ``#### <number>``.  A policy's
-completion is scored by pulling one number out of it with
-:func:`extract_answer` and comparing it with the number in the gold answer
-(:func:`exact_match_reward`).
-
-Extraction rules (applied in order, first rule that applies wins):
-
-1. **Marker.**  If the text contains ``####``, the answer is the first number
-   after the *last* ``####``.  If nothing numeric follows that last marker the
-   result is ``None`` -- there is deliberately *no* fallback, because a
-   completion that commits to the GSM8K answer format and then writes no
-   number has not answered.
-2. **Phrase.**  Otherwise, if the text contains ``answer is`` or ``answer:``
-   (case-insensitive, so also ``The answer is``, ``Final Answer:``), the answer
-   is the first number after the *last* such phrase.  If nothing numeric
-   follows that last phrase, fall through to rule 3.
-3. **Last number.**  Otherwise, the last number anywhere in the text.
-
-What counts as a number: an optional minus sign (``-`` or Unicode ``−``)
-directly before the digits or the ``$``; an optional ``$`` (``"$5"``,
-``"$ 5"``, ``"-$5"``); digits, with optional thousands commas in groups of
-three (``1,234,567``); and an optional decimal part (``2.5``).  A following
-``%`` or sentence-final ``.`` is simply not part of the number, so ``"50%"``
-gives 50 and ``"is 1,234."`` gives 1234.  A minus right after a digit, or
-separated from the digits by a space, is read as subtraction, not a sign
-(``"5-3"`` and ``"10 - 5"`` never yield a negative).  Fractions, LaTeX
-(``\\frac{1}{2}``) and scientific notation are not interpreted; their digits
-are read as separate plain numbers.  A bare leading-point decimal (``.5``) is
-not read; write ``0.5``.
-
-Loading goes through Hugging Face ``datasets`` for local JSON/JSONL files,
-local dataset directories and hub names (the hub needs network).  ``datasets``
-is imported lazily so the extraction/reward functions stay import-light.
+GSM8K rows look like ``{"question": str, "answer": str}``, the ``answer`` being worked reasoning
+that ends with a line ``#### <number>``. A completion is scored by pulling one number out of it
+with :func:`extract_answer` (its docstring gives the rules) and comparing it with the gold
+answer's (:func:`exact_match_reward`). :func:`load_gsm8k` reads local JSON/JSONL files, dataset
+folders and hub names through Hugging Face ``datasets``, imported lazily so extraction and
+reward stay import-light.
 
 :class:`GSM8KTask` (``task.name: gsm8k``) puts these together as a
-:class:`~tba_lab.tasks.Task`: ``task.train_path`` / ``task.test_path`` name a
-local file or folder, or a hub dataset (default ``openai/gsm8k``, splits
-``train`` and ``test``); the reward is :func:`exact_match_reward` and the
-held-out metric is greedy accuracy.
+:class:`~tba_lab.tasks.Task`: ``task.train_path`` / ``task.test_path`` name a local file or
+folder, or a hub dataset (default ``openai/gsm8k``, splits ``train`` and ``test``); the reward
+is :func:`exact_match_reward` and the held-out metric is greedy accuracy
+(docs/usage.md#a-real-model-and-gsm8k).
 """
 
 from __future__ import annotations
@@ -107,15 +79,27 @@ def extract_answer(text: str) -> float | None:
     Args:
         text: model completion or GSM8K ``answer`` field (``str``).
 
-    Returns:
-        ``float`` -- the answer chosen by the module's rules: first number
-        after the last ``####``; else first number after the last
-        ``answer is`` / ``answer:`` (case-insensitive); else the last number
-        in the text.  Thousands commas, ``$``, ``%`` and a trailing ``.`` are
-        ignored; negatives and decimals are supported.
+    Rules, in order (the first that applies wins):
 
-        ``None`` when the text holds no number, **and also** when the last
-        ``####`` is followed by no number (no fallback past a marker).
+    1. **Marker.**  If the text contains ``####``, the first number after the *last* ``####``;
+       ``None`` if nothing numeric follows it -- deliberately no fallback, because a completion
+       that commits to the GSM8K format and then writes no number has not answered.
+    2. **Phrase.**  Otherwise the first number after the *last* ``answer is`` / ``answer:``
+       (case-insensitive, so also ``The answer is``, ``Final Answer:``); if nothing numeric
+       follows it, rule 3.
+    3. **Last number.**  Otherwise the last number anywhere in the text.
+
+    A number: an optional minus sign (``-`` or ``−``) directly before the digits or the ``$``;
+    an optional ``$`` (``"$5"``, ``"$ 5"``, ``"-$5"``); digits with optional thousands commas in
+    groups of three (``1,234,567``); an optional decimal part (``2.5``). A following ``%`` or
+    sentence-final ``.`` is not part of it (``"50%"`` gives 50, ``"is 1,234."`` 1234). A minus
+    right after a digit, or separated from the digits by a space, is subtraction, not a sign
+    (``"5-3"`` and ``"10 - 5"`` never yield a negative). Fractions, LaTeX (``\\frac{1}{2}``) and
+    scientific notation are read as separate plain numbers; ``.5`` is not read (write ``0.5``).
+
+    Returns:
+        ``float``, the answer; ``None`` when the text holds no number, **and also** when the
+        last ``####`` is followed by no number.
 
     Raises:
         TypeError: if ``text`` is not a ``str``.

@@ -1,77 +1,35 @@
-"""Preference tuning against a learned reward model: the TBA paper's TL;DR task in miniature.
+"""Preference tuning against a learned reward model: the TBA paper's TL;DR task (Sec. 5.2) in
+miniature, built by the kit from a seed. The paper reports the win rate of greedy summaries
+against human references as judged by a "gold" RM, and perplexity under the SFT model as a
+proxy for the KL to the starting policy; so does :class:`PreferenceTask` (``task.name:
+preference``; held-out metrics ``win_rate``, ``gold_score``, ``proxy_reward``,
+``perplexity_sft``, ``length``; reward: the learned RM's standardised score).
 
-The paper (TBA, arXiv 2503.18929, Sec. 5.2) tunes a policy on Reddit TL;DR summarisation
-against a learned reward model (RM) and reports, for each method, the WIN RATE of greedy
-summaries against the human reference summaries as judged by a larger "gold" RM, and the
-PERPLEXITY of the summaries under the SFT model as a proxy for the KL to the starting policy.
-Here every piece is built in miniature by the kit from a seed:
+* **Posts** (:func:`make_post`): 3-6 sentences, key facts (events, each actor has one fixed
+  event) and fillers (tastes, moods); a summary copies sentences of the post, comma-separated.
+* **References** (:func:`make_reference`): one key fact 55% of the time, two 30%, three 15%, a
+  filler item 20% (the train split's SFT demonstrations: 70%, so the SFT policy starts below
+  the references). The gold optimum is every key fact and no filler.
+* **Gold judge** (:func:`gold_score`, hidden from the policy): +1 per key fact covered, -0.5 per
+  filler, -1 per item not in the post, -1 per repeat, -0.1 per word beyond 20. The win rate
+  (:func:`win_rate`) counts a tie as 1/2.
+* **Preference pairs** (:func:`make_pair`; TRL's ``{"prompt", "chosen", "rejected"}`` rows)
+  shaped like a policy's samples and labelled by the gold judge. They never repeat an item, so
+  the learned RM (:mod:`tba_lab.reward_model`) never learns that repeats are bad: a policy that
+  optimises it too hard (small beta) pads with repeats (reward over-optimisation, Gao et al.
+  2023).
 
-* **Posts** (:func:`make_post`): 3 to 6 short sentences in random order. KEY facts are
-  events (``"Tom lost lamp."``, summary item ``"Tom lost lamp"``; each actor has one fixed
-  event, see below); FILLER facts are tastes and moods (``"Max likes pizza."``, ``"Ruby feels
-  tired."``): the verb is the visible cue that tells them apart. Each person appears once in a
-  post, so a summary is made by COPYING sentences of the post token by token, which a ~1M parameter
-  transformer learns (an induction head); a summary is a comma-separated list of items
-  ending in ``.``.
-* **Reference summaries** (:func:`make_reference`), what a hurried human wrote: usually one key
-  fact (55%), sometimes two (30%) or three (15%), in post order, with one filler item 20% of
-  the time (the SFT demonstrations of the train split: 70%, see below). Moderate quality, so a policy has room to beat them (the gold optimum: every key
-  fact, no filler).
-* **Gold judge** (:func:`gold_score`, hidden from the policy, programmatic): +1 per distinct key
-  fact covered, -0.5 per filler item, -1 per item that is no fact of the post (hallucinated or
-  garbled), -1 per repeated item, -0.1 per word beyond 20. It stands in for the paper's 6.9B
-  gold RM. The win rate (:func:`win_rate`) counts a tie as 1/2.
-* **Preference pairs** (:func:`make_pair`, ``data/preference/pairs.jsonl``): two candidate
-  summaries of one post shaped like a policy's samples (:func:`make_candidate`: 0 to all key
-  facts, 0-2 fillers, 0-2 garbled items with a name, verb or object swapped), labelled by the
-  gold judge, ties dropped; TRL's ``{"prompt", "chosen", "rejected"}`` rows. The deliberate
-  flaw: the candidates NEVER repeat an item, so the learned RM (:mod:`tba_lab.reward_model`)
-  has never been shown that repeating a fact is bad, and "more items" goes with "better" in
-  its data; a policy that optimises it too hard (small beta) can pad summaries with repeats
-  the gold judge penalises (reward over-optimisation, Gao et al. 2023).
+Real models and data: ``preference.reward_model`` / ``preference.gold_model`` take a Hugging
+Face sequence-classification folder (a different tokenizer scores the decoded text);
+``task.train_path`` / ``task.test_path`` take TL;DR-format rows (``post`` or ``prompt``, and
+``reference`` or ``summary``; the programmatic judge also needs ``key_facts``). See
+docs/usage.md#the-other-tasks-preference-and-red-teaming.
 
-As a :class:`~tba_lab.tasks.Task` (:class:`PreferenceTask`, ``task.name: preference``):
-the reward is the learned RM's score of ``prompt + completion`` (standardised, see
-:class:`PreferenceConfig`); the held-out metrics are ``win_rate`` (the headline), ``gold_score``,
-``proxy_reward``, ``perplexity_sft`` and ``length``.
-
-The real path: ``preference.reward_model`` and ``preference.gold_model`` take any Hugging Face
-sequence-classification RM folder (one output); a RM whose tokenizer differs from the policy's
-scores the decoded text, re-tokenised with its own tokenizer. ``task.train_path`` /
-``task.test_path`` take a TL;DR-format JSONL/JSON file, a dataset folder or a hub name
-(``datasets``) with fields ``post`` (formatted as ``"Post: {post}\\nTL;DR:"``; ``subreddit``
-and ``title`` are prepended when present, as in the paper's prompt) or ``prompt`` (used
-verbatim), and ``reference`` or ``summary`` (the reference summary). The programmatic judge
-needs ``key_facts`` (and optional ``filler_facts``) lists; without them set
-``preference.gold_model``.
-
-Departures from the paper (nanochat honesty): synthetic template posts with a closed vocabulary
-instead of Reddit; a ~1M parameter policy and RM (the paper: Pythia 410M/2.8B policies and RMs);
-a programmatic gold judge instead of a 6.9B gold RM, and so a win rate against references that
-are deliberately mediocre; perplexity under the SFT model on the completion tokens only (no EOS,
-the decoded text does not record whether the response ended). The RM is initialised from the
-SFT policy, as in the paper and common RLHF practice.
-
-Design choices that make the miniature learnable (a redesign after a first version in which
-the SFT policy never learned which person goes with which event): every actor has ONE fixed
-event, so a summary item is a sentence of the post copied verbatim (no binding of actor, verb
-and object to infer); the SFT sees 20,000 distinct posts (no memorising); the SFT
-demonstrations (train split) come from a sloppier writer than the held-out references (a
-filler item 70% vs 20% of the time), so the SFT policy starts BELOW the references with
-headroom (a departure: the paper's SFT data are the TL;DR references themselves); the RM's pairs are shaped
-like policy samples (subsets of key facts, fillers, garbled items).
-
-Status (seed 0 build, ``data/tiny-llama-preference/sft_summary.json``, first 300 held-out
-posts): SFT greedy win rate 0.16 (sampled at temperature 0.6: 0.23; at least one of 4 samples
-wins on 41% of posts), RM held-out pair accuracy 0.76. Two-minute runs of ``tba-lab train
---task preference`` (TB, tb.beta 0.1, 500 held-out posts): win rate 0.159 -> 0.308 (seed 0),
-0.318 (seed 1), 0.348 (seed 2); gold score 0.711 -> 0.733 / 0.723 / 0.820, while the proxy
-reward rises from -0.64 to about 2 and summaries grow from 6.1 to 10.5-11.4 words: the policy
-drops fillers and adds key facts. With tb.beta 0.01 (seed 0) the RM's blind spot is exploited:
-proxy -0.64 -> 2.20 but win rate 0.159 -> 0.085 and gold score 0.711 -> -0.53 (length 13.3
-words: repeats), the paper's reward over-optimisation at too small a KL coefficient.
-GRPO with its defaults (seed 0) over-optimises the same way: proxy -0.64 -> 1.92, win rate
-0.159 -> 0.060, gold score 0.711 -> -1.82, length 17.5 words.
+Departures from the paper: synthetic posts with a closed vocabulary instead of Reddit; ~1M
+parameter policy and RM (the paper: Pythia 410M/2.8B); a programmatic gold judge instead of a
+6.9B RM; SFT demonstrations sloppier than the references (the paper's are the references);
+perplexity on completion tokens only (no EOS). The RM starts from the SFT policy, as in the
+paper. Results: docs/results/README.md#preference-and-red-teaming.
 
 Run ``python -m tba_lab.tasks.preference`` to print a few posts, references and gold scores.
 """

@@ -2,65 +2,37 @@
 prompts that make a frozen victim model misbehave.
 
 The paper's red-teaming task (TBA, arXiv 2503.18929, sec. 5 and Table 6) follows Lee et al.
-2024 ("Learning diverse attacks on large language models for robust red-teaming and safety
-tuning"): an attacker policy writes a prompt x; a frozen victim model answers it; a classifier
-judges the victim's response; the attacker's log-reward is log p_judge(undesired | response)
-(TB's r/beta tempers it); attacks are scored by the fraction judged successful and by their
-diversity (mean pairwise cosine distance of sentence embeddings of the attacks).
+2024: an attacker writes a prompt x, a frozen victim answers it, a classifier judges the
+response; the attacker's log-reward is log p_judge(undesired | response), and attacks are scored
+by the fraction judged successful and by their diversity (mean pairwise cosine distance of
+sentence embeddings). Here (:class:`RedTeamTask`, fields in :class:`RedTeamConfig`):
 
-The miniature, piece by piece:
-
-* **Problems** are instruction prompts for the attacker, ``{"instruction": "Write a question
-  about Omar and apples with the number 6:", "name": "Omar", "item": "apples", "number": 6}``
-  (5 phrasings; name, item and first number of an arithmetic question): 2000 for the searchers
-  (``data/redteam/train.jsonl``, from the arithmetic train questions) and 200 held out
-  (``test.jsonl``, from its held-out questions; no instruction text in both). The number makes
-  the greedy attack differ from prompt to prompt, so 200 held-out greedy attacks are 200
-  attacks, not a handful repeated.
+* **Problems**: instructions such as ``"Write a question about Omar and apples with the number
+  6:"`` (2000 train, 200 held out, made from the arithmetic task's questions); the number makes
+  the 200 held-out greedy attacks 200 different attacks.
 * **Attacker** (``data/tiny-llama-attacker``, :meth:`RedTeamTask.build_embedded`): a ~1M
-  parameter Llama trained by :func:`tba_lab.models.train_sft` to continue an instruction with the
-  arithmetic question it was made from (:func:`tba_lab.tasks.arithmetic.make_splits`), so its
-  attacks are in distribution for the victim. Its tokenizer is its own (built
-  from instructions and questions), not the victim's.
-* **Victim** (``redteam.victim``, default the kit's arithmetic model ``data/tiny-llama``): the
-  attack text is decoded, stripped, put in the victim's prompt
-  (:func:`tba_lab.tasks.format_prompt`: ``"Question: ...\\nAnswer:"``), re-tokenised with the
-  VICTIM's tokenizer and answered GREEDILY (temperature 0) with at most
-  ``redteam.victim_max_new_tokens`` tokens (default 12: the victim's usual bare answer
-  ``" #### 56"`` is 4 tokens and its EOS). The victim runs inside every reward call (one batched
-  ``generate`` per call over the distinct attacks of the batch).
-* **Undesired behaviour**: the victim's final answer (:func:`tba_lab.tasks.gsm8k.extract_answer`
-  of its response) is LARGE, at least ``redteam.answer_threshold`` (default 60). Ordinary
-  questions rarely get such answers: the starting attacker's greedy attacks succeed on 9% of
-  the 200 held-out prompts (``data/tiny-llama-attacker/sft_summary.json``); questions built for
-  it (a shop, a 100-dollar note and a cheap purchase, or many big boxes) do.
-  A stand-in for "unsafe output" that needs no toxicity model: what matters for the method is a
-  rare, reachable behaviour judged from the response alone.
-* **Judge** (``redteam.judge: ""``): the programmatic classifier
-  p(undesired | response) = sigmoid((N - threshold) / scale), N the victim's final answer,
-  ``redteam.answer_scale`` (default 4); a response with no number has p = 0. A real judge is a
-  Hugging Face sequence classifier folder (``redteam.judge: PATH``, label index
-  ``redteam.judge_label``), softmax over its labels, reading the response text alone.
-* **Reward**: r = max(log p, ``redteam.log_p_floor``) (default -5: p below e^-5 = 0.0067 all pay
-  the same), a NaN p stays NaN, so :func:`tba_lab.rollout.rollout` drops the row (never trained
-  on). Rewards lie in [floor, 0]. The task recommends ``tb.beta`` 0.5 (``config_defaults``):
-  TB's target pi_ref p^(1/beta) is then pi_ref p^2; at the kit's general 0.1 (p^10) it is
-  nearly one-mode here, and runs collapse onto one successful template (README).
-* **Diversity**: mean pairwise cosine distance 1 - cos(e_i, e_j) over the held-out GREEDY attacks
-  (one per instruction prompt), e = mean-pooled last hidden state. Default embedder: the
-  victim's own base model (its tokenizer, no special tokens, mean over the attack's tokens); a
-  real one: ``redteam.embedder: PATH`` loaded with ``AutoModel`` and mean-pooled over the
-  attention mask (the sentence-transformers recipe).
+  parameter Llama with its own tokenizer, SFT-trained to continue an instruction with the
+  arithmetic question it was made from, so its attacks are in distribution for the victim.
+* **Victim** (``redteam.victim``, default ``data/tiny-llama``): answers the decoded attack in
+  its own prompt format, greedily, with at most ``redteam.victim_max_new_tokens`` tokens, inside
+  every reward call.
+* **Undesired behaviour**: a final answer of at least ``redteam.answer_threshold``; rare for
+  ordinary questions, reachable by questions built for it. A stand-in for "unsafe output" that
+  needs no toxicity model.
+* **Judge**: p = sigmoid((N - threshold) / scale) of the victim's answer N (0 with no number),
+  or a Hugging Face sequence classifier (``redteam.judge: PATH``).
+* **Reward**: r = max(log p, ``redteam.log_p_floor``), in [floor, 0]; a NaN p drops the row.
+  The task recommends ``tb.beta`` 0.5 (``config_defaults``): TB's target pi_ref p^(1/beta) is
+  then pi_ref p^2, where the general 0.1 (p^10) is nearly one-mode and runs collapse onto one
+  template (docs/results/README.md#preference-and-red-teaming).
+* **Diversity**: mean pairwise cosine distance over the held-out greedy attacks, embedded by
+  the victim's mean-pooled last hidden state, or ``redteam.embedder: PATH``.
 
-Departures from the paper (nanochat honesty): the victim is a 1M-parameter arithmetic model, not
-an aligned chat LLM; the "undesired" behaviour is a large numeric answer, not toxicity; the
-default judge is a formula, not a safety classifier; the embedder is the victim's hidden state,
-not a sentence-embedding model; the attacker is conditioned on instruction prompts (Lee et al.
-use one fixed instruction and sample many attacks), so that the kit's per-prompt groups,
-held-out greedy evaluation and replay buffer apply unchanged; diversity is measured over the
-greedy attacks of the 200 held-out prompts, not over sampled attacks; the paper's GFlowNet
-red-teaming adds a reference-likelihood term to the reward, here the reference policy enters
-only through TB's pi_ref.
+Departures from the paper: a 1M-parameter arithmetic victim, not an aligned chat LLM; a large
+answer, not toxicity; a formula judge and a hidden-state embedder by default; an attacker
+conditioned on many instructions (Lee et al. use one), so per-prompt groups, greedy evaluation
+and the replay buffer apply unchanged; diversity over greedy attacks; no reference-likelihood
+term in the reward (pi_ref enters only through TB).
 """
 from __future__ import annotations
 
@@ -284,10 +256,10 @@ class RedTeamTask(Task):
     name = "redteam"
     section, config_class = "redteam", RedTeamConfig
     default_model = "tiny-llama-attacker"
-    # At the kit's default beta 0.1 the reward r/beta spans [-50, 0]: in 9-minute runs TB found
-    # one successful template after about 2 minutes and diversity fell from 0.29 to 0.02-0.07.
-    # At 0.5 (r/beta in [-10, 0]) it kept the starting diversity (README, "The default
-    # 9-minute runs"). Lee et al. temper the judge's log-reward the same way (their beta).
+    # At the kit's default beta 0.1 the reward r/beta spans [-50, 0] and TB collapses onto one
+    # successful template; at 0.5 (r/beta in [-10, 0]) it keeps the starting diversity
+    # (docs/results/README.md#preference-and-red-teaming). Lee et al. temper the judge's
+    # log-reward the same way (their beta).
     config_defaults = {"tb": {"beta": 0.5}}
     default_source = {"train": str(DEFAULT_REDTEAM_DIR / "train.jsonl"),
                       "test": str(DEFAULT_REDTEAM_DIR / "test.jsonl")}

@@ -1,4 +1,5 @@
-"""Exercises of notebook 02 (trajectory balance): target distribution, VarGrad log Z, TB loss."""
+"""Notebook 02 (trajectory balance): its exercises (target distribution, VarGrad log Z, TB
+loss) and a helper for reading its training curves."""
 from __future__ import annotations
 
 import torch
@@ -6,6 +7,20 @@ import torch
 from tba_lab.lab.course import Exercise
 from tba_lab.lab.course.toy import target_distribution
 from tba_lab.losses import trajectory_balance_loss, vargrad_log_z
+
+
+def settled_from(tv, tol: float = 0.005) -> int | None:
+    """First update from which TV(pi, pi*) stays below ``tol`` to the end of the run.
+
+    tv: the TV distance after each update (a sequence of floats). Returns the index of that
+    update, or None when the last value is not below ``tol``.
+    """
+    first = None
+    for t in range(len(tv) - 1, -1, -1):
+        if tv[t] >= tol:
+            break
+        first = t
+    return first
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The paper's claims in miniature: ``tba-lab experiment NAME [--smoke] [--seeds 0 1 2]``.
+"""The paper's claims in miniature, and the benchmarks: ``tba-lab experiment NAME [--smoke]``.
 
 Four experiments reproduce claims of TBA (Bartoldson et al., "Trajectory Balance with
 Asynchrony", arXiv 2503.18929) on the embedded tiny model and arithmetic task, each over
@@ -14,19 +14,35 @@ several seeds (default 0 1 2), reporting the mean and the range (min to max) ove
                 simulator's prediction (Sec. 4)
 =============  ===============================================================================
 
+``all`` runs those four. The benchmarks are presets of the same runner (:data:`BENCHMARKS`):
+
+===================  =========================================================================
+``race``             async TBA vs sync TB, sync/async GRPO and TRL's GRPOTrainer at equal wall
+                     clock: accuracy over time, time to target, rates (Sec. 4)
+``race_preference``  TB vs GRPO vs online DPO on preference tuning: win rate against perplexity
+                     (Sec. 5, Fig. 3)
+``race_redteam``     the same on red-teaming, with 2 and 3 searchers: attack success against
+                     diversity (Sec. 5, Table 6)
+``default``          the default ``tba-lab train`` over seeds, optionally beside another commit
+                     (``--set other=COMMIT``): the gain and update rate the README quotes
+``per_update``       accuracy per trainer update with staleness and replay set by hand, no timing
+                     (Sec. 3-4)
+===================  =========================================================================
+
 Each writes ``<output-dir>/<NAME>/``: ``report.md`` (date, core count, seeds and settings; each
 figure with a reading GENERATED from the numbers; a table; the departures from the paper),
 the figure (PNG), ``results.json`` (every run's raw numbers, rewritten after each run) and
 ``runs/<variant>_seed<S>/`` (each run's own files, ``checkpoint.pt`` removed).
 
-Every run is the real :func:`tba_lab.trainer.train` with a config from
-:func:`tba_lab.config.from_dict`, one at a time in this process, seed-major (for each seed,
-every variant), so a drift in machine load hits the variants alike. Experiments 1-3 compare at
-equal trainer updates (``training.max_steps``, with ``max_minutes`` only as a safety cap), so
-their results do not depend on the machine's speed; ``scaling`` is about speed and uses a
-wall-clock budget. ``--config FILE`` (``config=`` here) gives every run the RunConfig fields of
-a YAML file, e.g. another learning rate (:func:`with_config`); the experiment's own grid, run
-length and seeds stay its own. ``--report-only`` (:func:`rewrite_report`) runs nothing and
+Every run is the real trainer with a config from :func:`tba_lab.config.from_dict`, one at a
+time in this process (``default``: a ``tba-lab train`` process; ``per_update``: its own
+update loop; the race's TRL leg: TRL), seed-major (for each seed, every variant), so a drift
+in machine load hits the variants alike. Experiments 1-3 and ``per_update`` compare at equal
+trainer updates, so their results do not depend on the machine's speed; ``scaling`` and the
+races are about speed and use a wall-clock budget. ``--config FILE`` (``config=`` here) gives
+every run the RunConfig fields of a YAML file, e.g. another learning rate (:func:`with_config`);
+``--set KEY=VALUE`` changes one of the experiment's own settings (listed in its report header,
+e.g. ``minutes=3`` for a race); ``--report-only`` (:func:`rewrite_report`) runs nothing and
 redoes the analysis and report of a finished experiment from its ``results.json``.
 
 Where the miniature departs from the paper: a 1M-parameter model on synthetic two-step
@@ -44,49 +60,99 @@ import sys
 import time
 from pathlib import Path
 
-from tba_lab.lab.experiments import beta, buffer_sampling, off_policy, scaling
+from tba_lab.lab.experiments import (beta, buffer_sampling, default, off_policy, per_update,
+                                     race, race_tasks, scaling)
 from tba_lab.lab.experiments.common import (ExperimentError, check_seeds, header, now,
                                             time_to_target, train_run, write_report,
                                             write_result)
 
-EXPERIMENTS = {m.NAME: m for m in (off_policy, buffer_sampling, beta, scaling)}
-NAMES = [*EXPERIMENTS, "all"]
+EXPERIMENTS = {m.NAME: m for m in (off_policy, buffer_sampling, beta, scaling)}  # `all` runs these
+# name -> (module, keyword arguments of its ``settings``): the benchmarks, presets of this runner
+BENCHMARKS = {"race": (race, {}),
+              **{name: (race_tasks, fixed) for name, fixed in race_tasks.PRESETS.items()},
+              "default": (default, {}), "per_update": (per_update, {})}
+NAMES = [*EXPERIMENTS, "all", *BENCHMARKS]
 DEFAULT_SEEDS = (0, 1, 2)
 SMOKE_SEEDS = (0,)
 
 
 def resolve(name: str) -> list[str]:
-    """The experiment names ``name`` stands for (``all``: the four, in order).
+    """The experiment names ``name`` stands for (``all``: the four claims, in order).
 
     Raises:
         ExperimentError: an unknown name; the message lists the known ones.
     """
     if name == "all":
         return list(EXPERIMENTS)
-    if name not in EXPERIMENTS:
+    if name not in EXPERIMENTS and name not in BENCHMARKS:
         raise ExperimentError(f"unknown experiment {name!r}; choose one of: {', '.join(NAMES)}")
     return [name]
+
+
+def module(name: str):
+    """The module that runs experiment or benchmark ``name`` (:func:`resolve` raises)."""
+    name = resolve(name)[0]
+    return EXPERIMENTS[name] if name in EXPERIMENTS else BENCHMARKS[name][0]
+
+
+def default_settings(name: str, smoke: bool = False) -> dict:
+    """Experiment ``name``'s own full or SMOKE settings (a benchmark's preset applied)."""
+    name = resolve(name)[0]
+    if name in EXPERIMENTS:
+        return EXPERIMENTS[name].settings(smoke)
+    mod, fixed = BENCHMARKS[name]
+    return mod.settings(smoke, **fixed)
+
+
+def _typed(key: str, value, default):
+    """``value`` in the type of the setting's ``default``; a string (``--set KEY=VALUE``) is
+    parsed as that type, a list from comma-separated items (``legs=a,b,c``), anything as YAML
+    where the default is None. Raises :class:`ExperimentError` naming the key."""
+    if isinstance(value, str) and not isinstance(default, str):
+        import yaml
+
+        try:
+            if default is None:
+                return yaml.safe_load(value)
+            if isinstance(default, list):
+                kind = type(default[0]) if default else str
+                return [kind(v.strip()) for v in value.split(",") if v.strip()]
+            if isinstance(default, bool):
+                return {"true": True, "yes": True, "1": True, "false": False, "no": False,
+                        "0": False}[value.lower()]
+            return type(default)(value)
+        except (ValueError, KeyError):
+            raise ExperimentError(f"--set {key}={value}: {key} takes a {type(default).__name__}, "
+                                  f"e.g. {key}={default}") from None
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(default, str) and isinstance(value, (int, float)):  # e.g. a commit 1234567
+        return str(value)
+    if isinstance(default, list) and not isinstance(value, list):
+        return list(value) if isinstance(value, tuple) else [value]
+    return value
 
 
 def experiment_settings(name: str, smoke: bool = False, settings: dict | None = None,
                         strict: bool = True) -> dict:
     """The settings experiment ``name`` runs with: its full or SMOKE defaults, updated with
     ``settings`` (e.g. ``{"eval_size": 500}``, ``{"target": 0.45}`` or ``{"searchers": [1, 2,
-    4, 8]}`` for ``scaling``).
+    4, 8]}`` for ``scaling``, ``{"minutes": 3}`` for ``race``), each converted to the type of
+    the default it replaces.
 
     Raises:
         ExperimentError: with ``strict``, a key the experiment does not have (the message lists
-            its keys); ``eval_size`` < 1, ``target`` outside (0, 1], or ``searchers`` not
-            distinct counts >= 1.
+            its keys); a value of another type than its default; ``eval_size`` < 1, ``target``
+            outside (0, 1], or ``searchers`` not distinct counts >= 1.
     """
-    mod = EXPERIMENTS[resolve(name)[0]]
-    s = mod.settings(smoke)
+    s = default_settings(name, smoke)
     for key, value in (settings or {}).items():
         if key not in s:
             if strict:
                 raise ExperimentError(f"experiment {name!r} has no setting {key!r}; its settings: "
                                       f"{sorted(s)}")
             continue
+        value = _typed(key, value, s[key])
         if key == "eval_size" and (not isinstance(value, int) or value < 1):
             raise ExperimentError(f"--eval-size {value}: give the number of held-out problems, >= 1")
         if key == "target" and not 0 < value <= 1:
@@ -110,7 +176,7 @@ def estimate_minutes(name: str, smoke: bool = False, seeds=None,
     out = {}
     for n in resolve(name):
         s = experiment_settings(n, smoke, settings, strict=False)
-        out[n] = EXPERIMENTS[n].estimate_seconds(s, len(seeds), smoke) / 60.0
+        out[n] = module(n).estimate_seconds(s, len(seeds), smoke) / 60.0
     return out
 
 
@@ -149,11 +215,10 @@ def with_config(name: str, plan: list[tuple[str, dict]],
 
 
 def check_config(names: list[str], smoke: bool, settings: dict | None, config: dict | None) -> None:
-    """:func:`with_config` on the plan of each experiment in ``names``, before any of them runs
-    (raises as it does)."""
+    """The plan of each experiment in ``names`` (a benchmark's checks its legs or variants),
+    with :func:`with_config`, before any of them runs (raises as they do)."""
     for n in names:
-        with_config(n, EXPERIMENTS[n].variants(experiment_settings(n, smoke, settings, False)),
-                    config)
+        with_config(n, module(n).variants(experiment_settings(n, smoke, settings, False)), config)
 
 
 def _default_seeds(seeds, smoke: bool) -> list:
@@ -167,7 +232,7 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     ``results.json``, plus ``"report"`` and ``"figures"`` paths).
 
     Args:
-        name: one of :data:`EXPERIMENTS` (not ``all``: see :func:`run_all`).
+        name: one of :data:`EXPERIMENTS` or :data:`BENCHMARKS` (not ``all``: :func:`run_all`).
         smoke: the tiny SMOKE settings (a few updates per run, small evaluations).
         seeds: ints; default 0 1 2 (SMOKE: 0).
         output_dir: the experiment goes to ``output_dir/name``.
@@ -185,7 +250,7 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     say = log or (lambda *a, **k: None)
     if name == "all":
         raise ExperimentError("run_experiment runs one experiment; use run_all for 'all'")
-    mod = EXPERIMENTS[resolve(name)[0]]
+    mod = module(name)
     seeds = check_seeds(_default_seeds(seeds, smoke))
     s = experiment_settings(name, smoke, settings)
     out = Path(output_dir) / name
@@ -199,11 +264,13 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
               "settings": s, "config": config or {}, "estimate_seconds": round(est, 1),
               "runs": []}
     runs = result["runs"]
+    runner = getattr(mod, "run", None)  # a benchmark's own way to run a variant
     for seed in seeds:  # seed-major: a drift in machine load hits every variant alike
         for variant, overrides in plan:
             run_dir = out / "runs" / f"{variant}_seed{seed}"
             t_run = time.time()
-            summary, evals = train_run(overrides, run_dir, seed)
+            summary, evals = (runner(variant, overrides, run_dir, seed, s) if runner
+                              else train_run(overrides, run_dir, seed))
             row = {"variant": variant, "seed": seed, "run_dir": str(run_dir),
                    "overrides": overrides, "summary": summary,
                    "evals": [{k: e.get(k) for k in ("step", "wall_seconds", "accuracy", "n")}
@@ -212,8 +279,9 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
             row["seconds"] = round(time.time() - t_run, 1)
             runs.append(row)
             write_result(out, result)
-            say(f"  [{len(runs)}/{len(plan) * len(seeds)}] {variant} seed {seed}: accuracy "
-                f"{_pct(summary.get('accuracy_before'))} -> {_pct(summary.get('accuracy_after'))}"
+            head = (summary.get("held_out_metrics") or ["accuracy"])[0]  # e.g. win_rate
+            say(f"  [{len(runs)}/{len(plan) * len(seeds)}] {variant} seed {seed}: {head} "
+                f"{_pct(summary.get(f'{head}_before'))} -> {_pct(summary.get(f'{head}_after'))}"
                 f", {summary.get('trainer_steps')} updates, {row['seconds']:.0f} s")
     result.update(finished=now(), seconds=round(time.time() - t0, 1))
     result = _write_analysis(mod, out, result)
@@ -243,14 +311,14 @@ def rewrite_report(name: str, output_dir: str | Path = "runs/experiments") -> di
         FileNotFoundError: no finished experiment ``name`` under ``output_dir``.
         ExperimentError: ``name`` is not one experiment (``all`` included).
     """
-    if name not in EXPERIMENTS:
+    if name not in EXPERIMENTS and name not in BENCHMARKS:
         raise ExperimentError(f"--report-only rewrites one experiment's report; {name!r} is not "
-                              f"one of {sorted(EXPERIMENTS)}")
+                              f"one of {sorted([*EXPERIMENTS, *BENCHMARKS])}")
     data = load_result(output_dir, name)
     result = {k: v for k, v in data.items() if k not in ("report", "figures", "analysis",
                                                           "readings")}
     result.setdefault("config", {})  # results written before --config existed
-    return _write_analysis(EXPERIMENTS[name], Path(output_dir) / name, result)
+    return _write_analysis(module(name), Path(output_dir) / name, result)
 
 
 def _report_lines(mod, result: dict, figures: list[tuple[str, str]]) -> list[str]:
@@ -324,7 +392,7 @@ def main(args) -> int:
 
     if getattr(args, "report_only", False):
         given = [f"--{k.replace('_', '-')}" for k in ("smoke", "seeds", "eval_size", "target",
-                                                      "searchers", "config")
+                                                      "searchers", "set", "config")
                  if getattr(args, k, None) not in (None, False)]
         try:
             if given:
@@ -341,22 +409,29 @@ def main(args) -> int:
         settings = {}
         if args.eval_size is not None:
             settings["eval_size"] = args.eval_size
-        for key in ("target", "searchers"):  # the scaling experiment's own flags
+        for key in ("target", "searchers"):  # flags of the experiments with that setting
             value = getattr(args, key, None)
             if value is None:
                 continue
-            if "scaling" not in names:
-                raise ExperimentError(f"--{key} applies to the scaling experiment only, not "
-                                      f"{args.name!r}")
+            if not any(key in default_settings(n, args.smoke) for n in names):
+                having = [n for n in [*EXPERIMENTS, *BENCHMARKS] if key in default_settings(n)]
+                raise ExperimentError(f"--{key} applies to the {' and '.join(having)} experiment"
+                                      f"{'s' if len(having) > 1 else ''} only, not {args.name!r}")
             settings[key] = value
-        for n in names:
-            experiment_settings(n, args.smoke, settings, strict=False)  # value checks
+        for item in getattr(args, "set", None) or []:  # KEY=VALUE: one of the settings
+            key, sep, text = item.partition("=")
+            if not sep or not key:
+                raise ExperimentError(f"--set {item!r}: write KEY=VALUE, e.g. minutes=3; the "
+                                      f"settings are in a report's header")
+            settings[key.strip().replace("-", "_")] = text.strip()
+        for n in names:  # value checks; one experiment must have every key given
+            experiment_settings(n, args.smoke, settings, strict=args.name != "all")
         config = None
         if getattr(args, "config", None):
             from tba_lab.config import read_yaml_data
 
             config = read_yaml_data(args.config)
-            check_config(names, args.smoke, settings, config)  # a bad field stops here
+        check_config(names, args.smoke, settings, config)  # a bad leg or field stops here
     except (ExperimentError, ConfigError, FileNotFoundError) as e:
         print(f"tba-lab experiment: {e}", file=sys.stderr)
         return 2
@@ -384,6 +459,6 @@ def _print_results(results: dict[str, dict]) -> int:
     return 0
 
 
-__all__ = ["EXPERIMENTS", "NAMES", "ExperimentError", "estimate_minutes", "experiment_settings",
-           "load_result", "main", "resolve", "rewrite_report", "run_all", "run_experiment",
-           "time_to_target", "with_config"]
+__all__ = ["BENCHMARKS", "EXPERIMENTS", "NAMES", "ExperimentError", "default_settings",
+           "estimate_minutes", "experiment_settings", "load_result", "main", "module", "resolve",
+           "rewrite_report", "run_all", "run_experiment", "time_to_target", "with_config"]

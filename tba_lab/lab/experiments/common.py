@@ -1,5 +1,5 @@
-"""What the four experiments share: one training run, spreads over seeds, time to a target,
-the wording of generated readings, and the report files.
+"""What the experiments and benchmarks share: one training run, spreads over seeds, time to a
+target, the wording of generated readings, and the report files.
 
 Every run goes through the real trainer (:func:`tba_lab.trainer.train`) with a config built by
 :func:`tba_lab.config.from_dict`, one run at a time in this process, checkpoints off
@@ -76,9 +76,8 @@ def binomial_se_points(p: float, n: int) -> float:
 
 def time_to_target(evals: list[dict], target: float, key: str = "accuracy") -> float | None:
     """Seconds of training until held-out ``key`` first reaches ``target``, by LINEAR
-    INTERPOLATION between the two measured evaluations around the crossing (as in
-    ``bench/first_minute.py``); TBA, arXiv 2503.18929, Sec. 4 compares methods by wall-clock
-    time to an accuracy.
+    INTERPOLATION between the two measured evaluations around the crossing; TBA, arXiv
+    2503.18929, Sec. 4 compares methods by wall-clock time to an accuracy.
 
     Args:
         evals: ``eval.jsonl`` rows, each with ``wall_seconds`` (seconds since training began;
