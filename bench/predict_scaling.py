@@ -110,7 +110,7 @@ class _Kit:
         from tba_lab.algorithms import compute_loss
 
         t0 = time.perf_counter()
-        self.model.train()
+        self.model.eval()  # as the trainer's update (no dropout)
         loss, _ = compute_loss(self.algorithm, self.model, self.batch, self.tok.pad_token_id, 0)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -90,7 +90,7 @@ def step_time_split(num_prompts: int = 16, num_generations: int = 8, algo: str =
     torch.manual_seed(0)
     batch = rollout(TransformersBackend(model, tok), task, task.load("train")[:num_prompts],
                     num_generations, temperature=0.6, max_new_tokens=40, reference=model).rollouts
-    model.train()
+    model.eval()  # as the trainer's update (no dropout)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
     result = {"rows": len(batch), "response_tokens": sum(len(r.response_ids) for r in batch),
               "distinct_rows": len({(tuple(r.prompt_ids), tuple(r.response_ids)) for r in batch})}

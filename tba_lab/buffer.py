@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
@@ -65,12 +66,27 @@ class Rollout:
 _ROLLOUT_FIELDS = tuple(f.name for f in fields(Rollout))
 
 
+def finite_logprobs(r: Rollout) -> bool:
+    """Whether every behaviour and reference log-prob of ``r`` is finite (a reference of None
+    counts as finite). A NaN there makes the loss NaN, and a NaN gradient passes
+    ``clip_grad_norm_`` and AdamW into every weight: such rows are dropped where they enter
+    (:func:`tba_lab.rollout.collect.drop_nonfinite_logprobs`)."""
+    return (all(math.isfinite(x) for x in r.behaviour_token_logps)
+            and (r.ref_token_logps is None or all(math.isfinite(x) for x in r.ref_token_logps)))
+
+
 def _check_rollout(r: Rollout) -> None:
     """Raise ValueError if a rollout would corrupt sampling or the losses downstream."""
     if not math.isfinite(float(r.reward)):
         raise ValueError(
             f"rollout for prompt {r.prompt_id} has non-finite reward {r.reward!r}; "
             "fix the reward function (it must return a finite float) before pushing to the buffer"
+        )
+    if not finite_logprobs(r):
+        raise ValueError(
+            f"rollout for prompt {r.prompt_id} has a NaN or infinite behaviour or reference "
+            "log-prob; drop such rows before pushing to the buffer "
+            "(tba_lab.rollout.collect.drop_nonfinite_logprobs does, and counts them)"
         )
     n = len(r.response_ids)
     n_ref = n if r.ref_token_logps is None else len(r.ref_token_logps)
@@ -212,8 +228,8 @@ class ReplayBuffer:
             int: number of rollouts stored as new items (all of them without ``dedup``).
 
         Raises:
-            ValueError: non-finite reward, or log-prob lists whose length differs from the
-                response's (nothing from the call is stored in that case).
+            ValueError: non-finite reward or log-prob, or log-prob lists whose length differs
+                from the response's (nothing from the call is stored in that case).
         """
         for r in rollouts:  # validate everything first so a bad batch leaves no partial state
             _check_rollout(r)
@@ -237,6 +253,25 @@ class ReplayBuffer:
             del self._items[evicted]
             self._refreshed.pop(evicted, None)
         return added
+
+    def discard(self, rollouts: Sequence[Rollout]) -> int:
+        """Remove these stored rollouts (the same objects, as :meth:`sample` returned them);
+        a prompt left with none is forgotten. Returns how many were removed (one found twice
+        counts once; one not stored is ignored)."""
+        ids = {id(r) for r in rollouts}
+        removed = 0
+        for pid in {r.prompt_id for r in rollouts}:
+            dq = self._items.get(pid)
+            if dq is None:
+                continue
+            kept = deque(r for r in dq if id(r) not in ids)
+            removed += len(dq) - len(kept)
+            if kept:
+                self._items[pid] = kept
+            else:
+                del self._items[pid]
+                self._refreshed.pop(pid, None)
+        return removed
 
     def mark_sync(self) -> None:
         """Forget which prompts were refreshed; call when the trainer publishes new weights."""
@@ -391,7 +426,14 @@ class ReplayBuffer:
         self._items = {
             int(pid): deque(Rollout(**r) for r in rows) for pid, rows in d["items"]
         }
-        self._refreshed = {int(p): None for p in d["refreshed"]}
+        bad = sum(not finite_logprobs(r) for dq in self._items.values() for r in dq)
+        if bad:  # a state saved before such rows were refused: never train on them
+            warnings.warn(f"buffer state: {bad} rows with a NaN or infinite log-prob dropped",
+                          RuntimeWarning, stacklevel=2)
+            self._items = {pid: deque(r for r in dq if finite_logprobs(r))
+                           for pid, dq in self._items.items()}
+            self._items = {pid: dq for pid, dq in self._items.items() if dq}
+        self._refreshed = {int(p): None for p in d["refreshed"] if int(p) in self._items}
         self._rng = np.random.default_rng()
         self._rng.bit_generator.state = d["rng"]
         self.last_modes = []

@@ -33,6 +33,19 @@ CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = 1
 # Fields that must match between the checkpoint and the resuming config (the run's identity).
 IDENTITY = (("model", "path"), ("algo",), ("task", "name"), ("training", "num_generations"))
+# Fields a resume cannot change either, each with why: the checkpoint's state would replace the
+# new value without a word, or the stored rollouts and optimizer state were made under the old
+# one. Everything else is read from the resuming config: learning_rate, weight_decay and
+# tb.log_z_lr (the optimizer's param groups take them), the beta schedule (evaluated at the
+# run's step), lr_schedule and the budgets (counted over the whole run), initial_fill,
+# max_replay_ratio, sync_period and the loss options.
+FIXED_ON_RESUME = (
+    (("seed",), "the checkpoint's RNG states continue the run's random streams"),
+    (("model", "temperature"), "the buffer's log-probs were computed at the old temperature"),
+    (("tb", "log_z"), "a learned log Z has its own parameter and optimizer state"),
+    *((("buffer", name), "the replay buffer's saved state carries its own settings")
+      for name in ("capacity_per_prompt", "recency_prob", "inv_temp", "max_prompts", "dedup")),
+)
 
 
 def checkpoint_path(output_dir: str | os.PathLike) -> Path:
@@ -40,12 +53,53 @@ def checkpoint_path(output_dir: str | os.PathLike) -> Path:
     return Path(output_dir) / CHECKPOINT_NAME
 
 
+def nonfinite_weights(named) -> list[str]:
+    """Names of the floating-point tensors in ``named`` (``(name, tensor)`` pairs, any device,
+    e.g. ``model.named_parameters()`` or ``state_dict().items()``) that hold a NaN or an
+    infinity; [] when every one is finite. One device sync per device, not per tensor."""
+    by_device: dict = {}
+    for n, t in named:
+        if torch.is_tensor(t) and t.is_floating_point():
+            by_device.setdefault(t.device, []).append((n, t))
+    bad = []
+    with torch.no_grad():
+        for group in by_device.values():
+            ok = torch.stack([torch.isfinite(t).all() for _, t in group]).tolist()
+            bad += [n for (n, _), good in zip(group, ok) if not good]
+    return bad
+
+
+def check_finite_weights(named, what: str) -> None:
+    """Refuse weights that hold a NaN or an infinity before they are published or saved: a
+    policy with one such weight generates garbage and poisons every run resumed from it.
+
+    Args:
+        named: ``(name, tensor)`` pairs (``model.named_parameters()``, ``state_dict().items()``).
+        what: what was about to happen, for the message (``"publish"``, ``"save checkpoint.pt"``).
+    Raises:
+        FloatingPointError: naming the first non-finite tensors (the trainer skips non-finite
+            updates, so this means the weights were corrupted some other way).
+    """
+    bad = nonfinite_weights(named)
+    if bad:
+        raise FloatingPointError(
+            f"refusing to {what}: {len(bad)} weight tensor(s) hold NaN or inf ({', '.join(bad[:3])}"
+            f"{', ...' if len(bad) > 3 else ''}); such weights cannot be sampled from or trained")
+
+
 def save_checkpoint(output_dir: str | os.PathLike, state: dict) -> Path:
     """Write ``state`` (tensors and plain containers) to ``output_dir/checkpoint.pt`` atomically.
 
     Returns:
         the checkpoint's path.
+    Raises:
+        FloatingPointError: ``state["policy"]`` or ``state["algorithm"]`` (a list of tensors)
+            holds a NaN or an infinity (:func:`check_finite_weights`); nothing is written, so
+            the previous checkpoint stays.
     """
+    check_finite_weights([*state.get("policy", {}).items(),
+                          *((f"algorithm[{i}]", t) for i, t in enumerate(state.get("algorithm", [])))],
+                         f"save {CHECKPOINT_NAME}")
     path = checkpoint_path(output_dir)
     atomic_torch_save({"format": FORMAT, **state}, path)
     return path
@@ -80,6 +134,7 @@ def load_checkpoint(output_dir: str | os.PathLike) -> dict:
     Raises:
         FileNotFoundError: there is no checkpoint in ``output_dir`` (with what to do).
         ValueError: the file is not a checkpoint of a known format.
+        FloatingPointError: its policy holds NaN or inf (:func:`check_finite_weights`).
     """
     path = checkpoint_path(output_dir)
     for tmp in path.parent.glob(CHECKPOINT_NAME + ".*.tmp"):
@@ -92,11 +147,13 @@ def load_checkpoint(output_dir: str | os.PathLike) -> dict:
     state = torch.load(path, weights_only=True, map_location="cpu")  # a GPU run resumes on a CPU too
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a tba-lab checkpoint of format {FORMAT}")
+    check_finite_weights(state.get("policy", {}).items(), f"resume from {path}")  # an old file
     return state
 
 
 def check_same_run(saved_config: dict, cfg) -> None:
-    """Refuse to resume with another model, algorithm, task or group size.
+    """Refuse to resume with another model, algorithm, task or group size, or with a changed
+    field of :data:`FIXED_ON_RESUME` (seed, temperature, log Z's kind, the buffer's settings).
 
     Args:
         saved_config: the checkpoint's ``config`` (``RunConfig.to_dict()``).
@@ -118,6 +175,18 @@ def check_same_run(saved_config: dict, cfg) -> None:
                 f"{name}={new!r}; a resumed run must keep its model, algorithm, task and group "
                 f"size. Drop the override to continue the run, or start a new run in another "
                 f"output_dir")
+    missing = object()
+    for keys, why in FIXED_ON_RESUME:
+        old, new = saved_config, now
+        for k in keys:
+            old = old.get(k, missing) if isinstance(old, dict) else missing
+            new = new.get(k) if isinstance(new, dict) else None
+        if old is not missing and old != new:  # (a checkpoint older than the field: not known)
+            name = ".".join(keys)
+            raise ConfigError(
+                f"--resume: the checkpoint was trained with {name}={old!r} but this config says "
+                f"{name}={new!r}; a resumed run cannot change it ({why}). Drop the override to "
+                f"continue the run, or start a new run in another output_dir")
 
 
 def check_budget_left(state: dict, cfg) -> None:

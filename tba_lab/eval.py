@@ -3,6 +3,9 @@
 Evaluation goes through the same :func:`tba_lab.rollout.rollout` as the searchers (K = 1,
 temperature 0), with the response length the run is configured with
 (``model.max_new_tokens``): a GSM8K run with 256 tokens is evaluated on 256-token answers.
+Greedy answers end at the task's stop strings as sampled ones do (``Task.stop_strings``, e.g.
+GSM8K's ``"Question:"``): a held-out answer is graded on its own ``####``, not on a question
+the model went on to invent.
 """
 from __future__ import annotations
 

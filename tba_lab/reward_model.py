@@ -293,6 +293,9 @@ def train_reward_model(pairs_path: str | os.PathLike | None = None,
         summary.update(score_mean=round(mean, 6), score_std=round(max(std, 1e-6), 6))
     summary.update(steps=steps, batch_size=batch_size, lr=lr, wall_seconds=round(wall, 1),
                    seed=seed, num_parameters=n_params, init_from=init_from.name)
+    from tba_lab.checkpoint import check_finite_weights
+
+    check_finite_weights(model.named_parameters(), f"save {output_dir}")  # FloatingPointError
     output_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)

@@ -15,11 +15,14 @@ algorithm). Files in ``cfg.output_dir``:
   and the loss's own terms such as ``beta``, ``log_z``, ``kl``, ``clip_fraction``);
 * ``searchers.jsonl``: one object per generation batch received (``searcher_id``, ``version``,
   ``t_start``/``t_end``/``received`` in seconds since training began, ``trainer_step``,
-  ``gen_seconds``, ``score_seconds``, ``rollouts``, ``nonfinite_rewards``, ``sync_seconds``
-  (the weight sync before the batch) and ``node`` (where the searcher ran));
+  ``gen_seconds``, ``score_seconds``, ``rollouts``, ``nonfinite_rewards``,
+  ``nonfinite_logprobs`` (rows dropped for a NaN/inf behaviour or reference log-prob),
+  ``sync_seconds`` (the weight sync before the batch) and ``node`` (where the searcher ran));
 * ``eval.jsonl``: held-out metrics over time (``step``, ``wall_seconds``, ``n``, and the task's
   metrics, e.g. ``accuracy``);
-* ``summary.json`` and ``curves.png`` at the end (also after Ctrl-C).
+* ``summary.json`` and ``curves.png`` at the end (also after Ctrl-C); its counters include
+  ``nonfinite_rewards``, ``nonfinite_logprobs`` (rows dropped) and ``nonfinite_updates``
+  (updates skipped for a NaN/inf loss or gradient norm: no optimizer step, no metrics row).
 
 A resumed run (``RunLog(cfg, resume=state)``) keeps the rows up to its checkpoint's step
 (rows written after the checkpoint are dropped: those updates are done again), appends to the
@@ -124,7 +127,8 @@ class RunLog:
                               "seed": cfg.seed, "accuracy_before": None, "accuracy_after": None,
                               "trainer_steps": 0, "samples_generated": 0, "staleness_mean": None,
                               "staleness_max": None, "wall_seconds": 0.0, "interrupted": False,
-                              "resumes": 0, "nonfinite_rewards": 0, "searcher_failures": []}
+                              "resumes": 0, "nonfinite_rewards": 0, "nonfinite_logprobs": 0,
+                              "nonfinite_updates": 0, "searcher_failures": []}
         self.samples, self.stale_sum, self.stale_n, self.stale_max = 0, 0, 0, 0
         self.searcher_reward = None   # mean reward of the newest generated rollouts
         self.nonfinite = 0            # rewards dropped because they were NaN or infinite
@@ -203,6 +207,8 @@ class RunLog:
             self.samples += len(batch.rollouts)
             dropped = getattr(batch, "nonfinite_rewards", 0)
             self.nonfinite += dropped
+            dropped_lp = getattr(batch, "nonfinite_logprobs", 0)
+            self.summary["nonfinite_logprobs"] += dropped_lp
             self.searcher_timing = {"gen_seconds": batch.gen_seconds,
                                     "score_seconds": batch.score_seconds}
             self.searchers_f.write(json.dumps({
@@ -212,9 +218,31 @@ class RunLog:
                 "received": round(self.elapsed(), 4), "trainer_step": step,
                 "gen_seconds": batch.gen_seconds, "score_seconds": batch.score_seconds,
                 "rollouts": len(batch.rollouts), "nonfinite_rewards": dropped,
+                "nonfinite_logprobs": dropped_lp,
                 "sync_seconds": round(batch.sync_seconds, 6), "node": batch.node}) + "\n")
         if batches:
             self.searchers_f.flush()
+
+    def dropped_logprobs(self, rows: int, where: str) -> None:
+        """``rows`` buffered rows got a NaN or infinite log-prob from ``where`` (the trainer's
+        reference pass) and were dropped: counted in the summary's ``nonfinite_logprobs``,
+        and a warning."""
+        self.summary["nonfinite_logprobs"] += rows
+        self._warn(f"warning: {rows} rows got a NaN or infinite log-prob from {where}; dropped")
+
+    def skipped_update(self, step: int, loss: float, grad_norm: float) -> None:
+        """Update ``step`` had a NaN or infinite loss or gradient norm and was skipped (no
+        optimizer step, no metrics row): counted in the summary's ``nonfinite_updates``, and a
+        warning."""
+        self.summary["nonfinite_updates"] += 1
+        self._warn(f"warning: update {step} skipped: loss {loss}, gradient norm {grad_norm} "
+                   f"(not finite); the weights are unchanged")
+
+    def _warn(self, msg: str) -> None:
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
+            print(msg, flush=True)
 
     def searcher_failed(self, step: int, failure, action: str) -> None:
         """A searcher failed at trainer ``step`` (a

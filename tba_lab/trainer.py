@@ -46,12 +46,12 @@ import torch
 from tba_lab.actors import placement
 from tba_lab.actors.launcher import SearcherError, SearcherFailed, make_launcher
 from tba_lab.algorithms import compute_loss, make_algorithm
-from tba_lab.buffer import ReplayBuffer, Rollout, complete_groups
-from tba_lab.checkpoint import (check_budget_left, check_same_run, checkpoint_path, load_checkpoint,
-                                 save_checkpoint)
+from tba_lab.buffer import ReplayBuffer, Rollout, complete_groups, finite_logprobs
+from tba_lab.checkpoint import (check_budget_left, check_finite_weights, check_same_run,
+                                 checkpoint_path, load_checkpoint, save_checkpoint)
 from tba_lab.config import RunConfig, unused_sections
 from tba_lab.eval import evaluate
-from tba_lab.rollout.collect import fill_reference
+from tba_lab.rollout.collect import drop_nonfinite_logprobs, fill_reference
 from tba_lab.runlog import RunLog
 from tba_lab.tasks import make_task
 
@@ -71,6 +71,23 @@ def lr_factor(cfg: RunConfig, step: int, elapsed_seconds: float) -> float:
 
 
 STALE_GRACE_SECONDS = 2.0  # a batch begun this long after a newer publish should carry it
+MAX_NONFINITE_UPDATES = 5  # updates in a row with a NaN/inf loss or gradient that stop the run
+
+
+class NonFiniteUpdateError(FloatingPointError):
+    """:data:`MAX_NONFINITE_UPDATES` updates in a row had a NaN or infinite loss or gradient
+    norm (each was skipped); the run stopped, saving its last finite state."""
+
+
+def finite_update(loss: torch.Tensor, grad_norm: torch.Tensor, optimizer) -> bool:
+    """Whether an update may be applied: the loss (a scalar tensor), the policy's gradient norm
+    (``clip_grad_norm_``'s total, before clipping) and every gradient outside the clipped
+    policy (a learned log Z, any optimizer parameter whose gradient is set) are finite. One
+    device sync."""
+    checks = [torch.isfinite(loss.detach()).all(), torch.isfinite(grad_norm.detach()).all()]
+    checks += [torch.isfinite(p.grad).all() for g in optimizer.param_groups[1:]
+               for p in g["params"] if p.grad is not None]
+    return bool(torch.stack([c.to(checks[0].device) for c in checks]).all())
 
 
 class Feed:
@@ -103,6 +120,10 @@ class Feed:
     restarted, at most ``async.max_restarts`` times per searcher; after that it is retired and
     the run goes on with the others. Each failure is a warning and an entry in the summary's
     ``searcher_failures``.
+
+    Rows with a NaN or infinite behaviour or reference log-prob are dropped as messages arrive
+    (and rows the trainer's reference pass scores so are removed from the buffer), with a
+    warning; the summary's ``nonfinite_logprobs`` counts them.
 
     Raises (from :meth:`next_batch`):
         SearcherError: no searcher is left (its last traceback is in the message).
@@ -143,6 +164,8 @@ class Feed:
             if isinstance(msg, SearcherFailed):
                 self._failed(msg, step)
             elif msg.searcher_id in self.active:
+                # a row with a NaN/inf log-prob is dropped and counted here, wherever it was made
+                drop_nonfinite_logprobs(msg, f"searcher {msg.searcher_id}, version {msg.version}")
                 if msg.rollouts:  # a batch whose every reward was dropped is not progress
                     self.heard[msg.searcher_id] = time.time()
                 batches.append(msg)
@@ -164,6 +187,15 @@ class Feed:
             t0 = time.time()
             if self.score_reference(batch):  # only rows never scored; the buffer keeps the scores
                 self.log.reference_pass(time.time() - t0)
+                bad = [r for r in batch if not finite_logprobs(r)]
+                if bad:  # the trainer's own reference pass gave NaN/inf: never train on the rows
+                    self.buffer.discard(bad)
+                    self.log.dropped_logprobs(len({id(r) for r in bad}),
+                                              "the trainer's reference pass")
+                    if not self.sync:
+                        return None  # the next call samples again
+                    batch = complete_groups([r for r in batch if finite_logprobs(r)],
+                                            self.cfg.training.num_generations) or None
         return batch
 
     def _replay_bound(self, step: int) -> bool:
@@ -329,10 +361,17 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
     Raises:
         KeyboardInterrupt: re-raised after saving everything when interrupted (Ctrl-C or SIGTERM).
         tba_lab.config.ConfigError: bad input found before anything starts (nothing written),
-            or a resume with another model, algorithm, task or group size, or of a finished
+            or a resume with another model, algorithm, task or group size or a changed field
+            the checkpoint fixes (:func:`~tba_lab.checkpoint.check_same_run`), or of a finished
             run with no budget left (:func:`~tba_lab.checkpoint.check_budget_left`).
         FileNotFoundError: ``resume`` and no checkpoint in ``cfg.output_dir``.
         SearcherError: every searcher failed beyond ``async.max_restarts`` (traceback inside).
+        NonFiniteUpdateError: :data:`MAX_NONFINITE_UPDATES` updates in a row had a NaN or
+            infinite loss or gradient norm. A single such update is skipped (no optimizer
+            step, no metrics row; the summary's ``nonfinite_updates`` counts it), so the saved
+            state is the last finite one.
+        FloatingPointError: weights holding NaN or inf were about to be published or saved
+            (:func:`tba_lab.checkpoint.check_finite_weights`; nothing is written).
     """
     from tba_lab.models import load_policy
     from tba_lab.preflight import preflight
@@ -352,7 +391,10 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
         random.seed(cfg.seed)
         device = torch.device(cfg.async_.trainer_device)
         policy, tokenizer = load_policy(cfg.model.path)
-        policy.to(device)
+        # eval mode throughout, the loss's forward pass included (gradients still flow): with
+        # dropout on, a checkpoint that ships it (GPT-2, OPT: 0.1) would score other log-probs
+        # than the searchers sampled with, and the same batch differently each time
+        policy.to(device).eval()
         task, algorithm = make_task(cfg), make_algorithm(cfg)
         with torch.no_grad():  # the algorithm's own parameters (a learned log Z) join the policy
             for group in algorithm.parameters():
@@ -391,7 +433,6 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
             policy.eval()
             eval_backend.load_weights(policy.named_parameters())  # a no-op when it wraps the policy
             metrics = evaluate(task, eval_backend, held_out[:n], cfg.model.max_new_tokens)
-            policy.train()
             log.evaluation(step, metrics, min(n, len(held_out)), when, time.time() - t0, wall)
 
         snapshots = []  # (step, wall seconds, CPU weights) when task.defer_interim_eval
@@ -405,6 +446,7 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
                 held_out_metrics(0, cfg.task.eval_size, "before")
             deadline = log.start_clock() + 60 * cfg.max_minutes
             saver.start_clock(step)
+            nonfinite_run = 0  # updates skipped in a row (MAX_NONFINITE_UPDATES stops the run)
             while (time.time() < deadline and not (tr.max_steps and step >= tr.max_steps)
                    and not (stop_event is not None and stop_event.is_set())):
                 batch = feed.next_batch(step)                      # 1. sample (or wait for data)
@@ -419,12 +461,26 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(  # the policy's; log Z is not clipped
                     policy.parameters(), tr.max_grad_norm or math.inf)
-                optimizer.step()                                   # 3. one optimizer update
-                step += 1
+                finite = finite_update(loss, grad_norm, optimizer)
+                if finite:
+                    optimizer.step()                               # 3. one optimizer update
+                    nonfinite_run = 0
+                else:  # a NaN/inf gradient passes clip_grad_norm_ and AdamW into every weight
+                    nonfinite_run += 1
+                    log.skipped_update(step + 1, loss.item(), float(grad_norm))
+                    if nonfinite_run >= MAX_NONFINITE_UPDATES:
+                        raise NonFiniteUpdateError(
+                            f"{nonfinite_run} updates in a row (up to step {step + 1}) had a NaN "
+                            f"or infinite loss or gradient norm and were skipped; the run stopped "
+                            f"and saved its last finite weights. Fix: lower "
+                            f"training.learning_rate, set training.max_grad_norm, or check the "
+                            f"task's rewards and the backend's log-probs")
+                step += 1  # a skipped update still counts: versions advance, sync gets new data
                 if step % cfg.async_.sync_period == 0:             # 4. publish every k updates
                     feed.publish(policy, step)
-                log.update(step, batch, loss.item(), info, float(grad_norm),
-                           tr.learning_rate * factor, t_ready, len(buffer))
+                if finite:  # a skipped update has no metrics row (a warning and a counter)
+                    log.update(step, batch, loss.item(), info, float(grad_norm),  # lr: as applied
+                               optimizer.param_groups[0]["lr"], t_ready, len(buffer))
                 if log.eval_due():                                 # 5. interim held-out metrics
                     if cfg.task.defer_interim_eval:  # a copy now, its evaluation after the budget
                         snapshots.append((step, round(log.elapsed(), 1), cpu_state_copy(policy)))
@@ -515,7 +571,13 @@ def _restore(state: dict, policy, optimizer, algorithm, buffer: ReplayBuffer) ->
     except RuntimeError as e:
         raise ConfigError(f"--resume: the checkpoint's policy does not fit the model at "
                           f"model.path (were its files replaced?): {str(e).splitlines()[0]}") from e
+    # AdamW's moments and step counts come back; its hyperparameters (learning_rate and
+    # weight_decay, log Z's tb.log_z_lr) stay the resuming config's, as config.yaml and the
+    # logs say, instead of the values stored in the checkpoint's param groups
+    settings = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
     optimizer.load_state_dict(state["optimizer"])
+    for group, setting in zip(optimizer.param_groups, settings):
+        group.update(setting)
     with torch.no_grad():
         for p, saved in zip((p for g in algorithm.parameters() for p in g["params"]),
                             state["algorithm"]):
@@ -567,6 +629,7 @@ class _Saver:
 def _save_policy_and_buffer(out, policy, tokenizer, buffer: ReplayBuffer) -> None:
     from tba_lab.models import quiet_progress
 
+    check_finite_weights(policy.state_dict().items(), "save policy/")  # FloatingPointError
     with quiet_progress():
         policy.save_pretrained(out / "policy")
     tokenizer.save_pretrained(out / "policy")

@@ -257,3 +257,41 @@ def test_shared_prefill_generation_matches_plain_generate(tiny):
     for x, y, lx, ly in zip(a.responses, b.responses, a.token_logps, b.token_logps):
         if x == y:
             torch.testing.assert_close(torch.tensor(lx), torch.tensor(ly), atol=1e-4, rtol=1e-4)
+
+
+def test_trainer_scores_a_dropout_checkpoint_deterministically(tiny, tmp_path, monkeypatch):
+    """A checkpoint with dropout 0.1 (as GPT-2 and OPT ship): in a sync run every update's
+    batch is on-policy, so the trainer's log-probs (scored with gradients, as the loss does,
+    after the "before" evaluation) equal the searcher's behaviour log-probs, and scoring the
+    same batch twice gives the same numbers: the network is the same deterministic one."""
+    import tba_lab.trainer as trainer
+    from tba_lab.algorithms import PolicyBatch
+    from tba_lab.config import from_dict
+
+    model, tok, _ = tiny
+    config = model.config.to_dict()
+    config["attention_dropout"] = 0.1
+    dropout_model = type(model)(type(model.config).from_dict(config))
+    dropout_model.load_state_dict(model.state_dict())
+    dropout_model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    cfg = from_dict({"output_dir": str(tmp_path / "run"), "max_minutes": 2.0, "algo": "grpo",
+                     "model": {"path": str(tmp_path / "model"), "max_new_tokens": 12},
+                     "training": {"max_steps": 3, "num_prompts_per_step": 2, "num_generations": 4,
+                                  "save_steps": 0, "save_seconds": 0},
+                     "async": {"mode": "sync"}, "task": {"eval_size": 2, "interim_eval_size": 2}})
+    real, gaps = trainer.compute_loss, []
+
+    def scored_twice(algorithm, policy, batch, pad_id, step):
+        assert all(r.version == step for r in batch)  # on-policy
+        first, again = (PolicyBatch.from_rollouts(policy, batch, pad_id, cfg.model.temperature,
+                                                  4, False) for _ in range(2))
+        mask = first.mask.bool()
+        gaps.append(((first.token_logps - first.behaviour_token_logps)[mask].abs().max().item(),
+                     (first.token_logps - again.token_logps)[mask].abs().max().item()))
+        return real(algorithm, policy, batch, pad_id, step)
+
+    monkeypatch.setattr(trainer, "compute_loss", scored_twice)
+    assert trainer.train(cfg, progress=False)["trainer_steps"] == 3
+    assert len(gaps) == 3
+    assert all(to_behaviour < 1e-5 and twice < 1e-6 for to_behaviour, twice in gaps), gaps

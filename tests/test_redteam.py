@@ -13,7 +13,7 @@ from tba_lab.config import ConfigError, from_dict
 from tba_lab.eval import evaluate
 from tba_lab.models import build_tokenizer, load_policy
 from tba_lab.rollout import rollout
-from tba_lab.rollout.backend import TransformersBackend
+from tba_lab.rollout.backend import Generations, TransformersBackend
 from tba_lab.tasks import format_prompt
 from tba_lab.tasks.redteam import (DEFAULT_ATTACKER_DIR, RedTeamTask, answer_log_probability,
                                    log_reward, make_instructions, mean_pairwise_cosine_distance)
@@ -213,3 +213,22 @@ def test_sft_rebuild_is_reproducible_and_the_shipped_prompts_are_seed_0s(tmp_pat
     shipped = [json.loads(line) for line in (DEFAULT_REDTEAM_DIR / "test.jsonl").read_text().splitlines()]
     assert shipped == test
     assert json.loads((DEFAULT_REDTEAM_DIR / "train.jsonl").read_text().splitlines()[-1]) == train[-1]
+
+
+def test_victim_is_judged_on_its_own_answer_not_an_invented_follow_up(monkeypatch):
+    """A base-model victim that answers and then invents "Question: ... #### N" (the GSM8K
+    few-shot prompt invites it) is judged on its own answer: it stops at GSM8K's stop strings."""
+    task = RedTeamTask(_cfg(victim_max_new_tokens=40))
+    _, vtok = task.victim()
+    said = vtok(" #### 5\n\nQuestion: Tom has 3 apples.\nAnswer: #### 96",
+                add_special_tokens=False)["input_ids"]
+    asked = []
+
+    def run_on(self, prompts, num_generations=1, temperature=1.0, max_new_tokens=48, stop=()):
+        asked.append(tuple(stop))
+        return Generations([list(said) for _ in prompts], [[] for _ in prompts])
+
+    monkeypatch.setattr(TransformersBackend, "generate", run_on)
+    assert task.victim_responses(["How many apples?"]) == [" #### 5\n\n"]
+    assert asked == [("Question:", "</s>", "<|im_end|>")]
+    assert task.rewards([{}], ["How many apples?"]) == [log_reward(answer_log_probability(" #### 5"))]

@@ -297,3 +297,38 @@ def test_budget_left_counts_steps_and_seconds_and_lets_an_unfinished_run_end(tmp
     cfg.training.max_steps = 0  # 0 = time only
     (tmp_path / "summary.json").unlink()
     check_budget_left(state(10_000, 119.0), cfg)
+
+
+def test_resume_applies_a_new_learning_rate_and_refuses_what_the_checkpoint_would_override(
+        tmp_path):
+    """A run trains 2 updates at 5e-5; resumed with learning_rate 1e-3, weight decay 0.1 and
+    log Z's rate 0.05, the optimizer applies the new values (its param groups, saved in the
+    checkpoint) and metrics.jsonl logs the rate applied. Options whose value the checkpoint's
+    state would replace (the buffer's settings, the RNG seed) or whose meaning the stored
+    rollouts fix (the temperature of their log-probs, log Z's kind) are refused by name."""
+    from tba_lab.checkpoint import check_same_run
+    from tba_lab.trainer import train
+
+    path, run = _write_config(tmp_path, steps=2, **{"async": {"mode": "sync"}})
+    data = yaml.safe_load(path.read_text())
+    data["training"].update(learning_rate=5e-5, lr_schedule="constant")
+    data["tb"] = {"log_z": "learned", "log_z_lr": 0.1}
+    cfg = from_dict(data)
+    train(cfg, progress=False)
+    cfg.training.max_steps, cfg.training.learning_rate, cfg.training.weight_decay = 4, 1e-3, 0.1
+    cfg.tb.log_z_lr = 0.05
+    assert train(cfg, progress=False, resume=True)["trainer_steps"] == 4
+    groups = load_checkpoint(run)["optimizer"]["param_groups"]
+    assert [(g["lr"], g["weight_decay"]) for g in groups] == [(1e-3, 0.1), (0.05, 0.0)]
+    assert [r["lr"] for r in _jsonl(run / "metrics.jsonl")] == [5e-5, 5e-5, 1e-3, 1e-3]
+
+    saved = cfg.to_dict()
+    for section, name, value in [("buffer", "capacity_per_prompt", 8), ("buffer", "max_prompts", 9),
+                                 ("buffer", "recency_prob", 0.5), ("buffer", "inv_temp", 1.0),
+                                 ("buffer", "dedup", True), (None, "seed", 7),
+                                 ("model", "temperature", 1.0), ("tb", "log_z", "vargrad")]:
+        changed = from_dict({**saved, section: {**saved[section], name: value}} if section
+                            else {**saved, name: value})
+        field = f"{section}.{name}" if section else name
+        with pytest.raises(ConfigError, match=f"with {field}=.* but this config says {field}="):
+            check_same_run(saved, changed)

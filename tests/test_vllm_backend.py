@@ -164,6 +164,13 @@ def test_sampling_kwargs_are_plain_softmax_with_every_eos_as_stop():
                       ignore_eos=False, detokenize=False)
     greedy = vb.sampling_kwargs(8, 0.0, 40, [2])
     assert greedy["n"] == 1 and greedy["logprobs"] is None and greedy["temperature"] == 0.0
+    # a task's stop strings: vLLM matches them on detokenized text only, so the engine of a
+    # task with stops (gsm8k) loads its tokenizer; one without (arithmetic) stays as it was
+    stopped = vb.sampling_kwargs(8, 0.7, 40, [2], stop=("Question:",))
+    assert stopped == dict(kw, stop_token_ids=[2], stop=["Question:"],
+                           include_stop_str_in_output=True, detokenize=True)
+    assert vb.engine_kwargs(from_dict({"task": {"name": "gsm8k"}}), torch.float32, 0)[
+        "skip_tokenizer_init"] is False
 
 
 def test_engine_kwargs_keep_the_policy_dtype_and_processed_logprobs():

@@ -49,6 +49,7 @@ import torch
 from tba_lab.actors.launcher import SearcherFailed
 from tba_lab.actors.searcher import SearcherSpec
 from tba_lab.actors.weights import Layout
+from tba_lab.checkpoint import check_finite_weights
 from tba_lab.config import ConfigError, check, check_choice
 from tba_lab.registry import LAUNCHERS
 
@@ -431,9 +432,11 @@ class RayLauncher:
     def publish(self, model, version: int) -> None:
         """Put ``model``'s weights (``version`` trainer updates) in the object store once and
         send every searcher the reference. Also works before :meth:`start` (new actors get the
-        newest reference when they are built)."""
+        newest reference when they are built). Raises FloatingPointError (nothing sent) when a
+        parameter holds NaN or inf."""
         if self.stopped:
             return
+        check_finite_weights(model.named_parameters(), f"publish weights version {version}")
         ray = self._ensure_ray()
         t0 = time.perf_counter()
         ref = ray.put(flat_bytes(model, self.layout))

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from tba_lab.actors.locks import FileLock
+from tba_lab.checkpoint import check_finite_weights
 
 ALIGN = 256  # bytes; every parameter's view starts at a multiple of this (enough for any dtype and vector loads)
 
@@ -191,7 +192,10 @@ class SharedWeights:
 
         Raises:
             ValueError: a parameter's name, dtype or shape differs from the channel's.
+            FloatingPointError: a parameter holds NaN or inf (never published; the searchers
+                keep the previous version).
         """
+        check_finite_weights(model.named_parameters(), f"publish weights version {version}")
         packer = self._get_packer()
         srcs = packer.gather(model.named_parameters())  # checked before the lock is taken
         with self.lock.exclusive():
@@ -462,7 +466,10 @@ class FlatWeights:
 
         Raises:
             ValueError: a parameter's name, dtype or shape differs from the layout.
+            FloatingPointError: a parameter holds NaN or inf (never published; the searchers
+                keep the previous version).
         """
+        check_finite_weights(model.named_parameters(), f"publish weights version {version}")
         packer = self._get_packer()
         srcs = packer.gather(model.named_parameters())
         with self.lock.exclusive():

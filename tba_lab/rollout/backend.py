@@ -65,9 +65,12 @@ class GenerationBackend(Protocol):
         ...
 
     def generate(self, prompts: list[list[int]], num_generations: int, temperature: float,
-                 max_new_tokens: int) -> Generations:
+                 max_new_tokens: int, stop: tuple[str, ...] = ()) -> Generations:
         """``len(prompts) * num_generations`` responses, prompt-major (rows i*K..i*K+K-1 answer
-        prompt i); ``temperature == 0`` means greedy decoding."""
+        prompt i); ``temperature == 0`` means greedy decoding. ``stop``: the task's stop
+        strings; a row may end at the first (:func:`~tba_lab.rollout.rollout` passes it only
+        when the task declares some and ``generate`` takes it, and cuts every row at a stop
+        string afterwards either way)."""
         ...
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -89,6 +92,55 @@ def cut_at_eos(tokens: list[int], eos_ids: int | Iterable[int]) -> list[int]:
         if t in stop:
             return tokens[: i + 1]
     return tokens
+
+
+def cut_tokens_at_stop(tokens: list[int], tokenizer, stops: Iterable[str]) -> list[int]:
+    """``tokens`` up to and including the token that completes the first of ``stops`` (a task's
+    stop strings) in their decoded text (``skip_special_tokens=True``); all of ``tokens`` when
+    none occurs. The stop string's tokens are kept, as an EOS is: the sampler drew them and
+    stopped there, so they belong to the response's log-prob; what follows is not the response.
+    The shortest such prefix is found by bisection (about log2(len) decodes).
+    """
+    stops = [s for s in stops if s]
+    if not stops or not tokens:
+        return tokens
+
+    def has_stop(k: int) -> bool:
+        text = tokenizer.decode(tokens[:k], skip_special_tokens=True)
+        return any(s in text for s in stops)
+
+    if not has_stop(len(tokens)):
+        return tokens
+    lo, hi = 1, len(tokens)  # the shortest prefix holding a stop string has lo tokens
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if has_stop(mid) else (mid + 1, hi)
+    return tokens[:lo]
+
+
+def stop_string_criteria(tokenizer, stops: Iterable[str], prompt_len: int):
+    """A ``transformers`` stopping criterion that ends each row once its generated tokens
+    (those past ``prompt_len``) decode to text holding any of ``stops``. Only the last few
+    tokens of a row are decoded each step (one more than the longest stop string has
+    characters, so a stop string made of one-character tokens is still seen); a stop string
+    split across more tokens than that is still cut by :func:`cut_tokens_at_stop` afterwards.
+
+    Returns:
+        a ``StoppingCriteriaList`` for ``generate(stopping_criteria=...)``.
+    """
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    stops = [s for s in stops if s]
+    window = max(len(s) for s in stops) + 1
+
+    class _StopStrings(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):  # input_ids: (N, prompt_len + t)
+            tails = input_ids[:, prompt_len:][:, -window:].tolist()
+            texts = tokenizer.batch_decode(tails, skip_special_tokens=True)
+            return torch.tensor([any(s in t for s in stops) for t in texts],
+                                dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_StopStrings()])
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -225,7 +277,8 @@ class TransformersBackend:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], num_generations: int = 1,
-                 temperature: float = 1.0, max_new_tokens: int = 48) -> Generations:
+                 temperature: float = 1.0, max_new_tokens: int = 48,
+                 stop: tuple[str, ...] = ()) -> Generations:
         """Sample ``num_generations`` responses per prompt (``temperature == 0``: greedy).
 
         Args:
@@ -233,11 +286,14 @@ class TransformersBackend:
             num_generations: K responses per prompt.
             temperature: sampling temperature (> 0), or 0 for greedy decoding.
             max_new_tokens: response length cap, tokens.
+            stop: stop strings; a row stops at the token that completes the first of them in
+                its decoded text (kept, with its log-prob; :func:`cut_tokens_at_stop`).
         Returns:
             :class:`Generations` with N*K prompt-major rows.
         Raises:
             ValueError: empty ``prompts`` or an empty prompt.
         """
+        stop = tuple(s for s in stop if s)
         device = model_device(self.model)
         ids, mask = (x.to(device) for x in left_pad(prompts, self.pad_id))  # (N, P) on the model's device
         greedy, rows_per_prompt, extra = temperature == 0, num_generations, {}
@@ -254,11 +310,14 @@ class TransformersBackend:
             ids, mask, extra, rows_per_prompt = ids[rows], mask[rows], {kw: cache}, 1
         config = plain_generation_config(temperature, rows_per_prompt, max_new_tokens,
                                          self.eos_ids, self.pad_id)
+        if stop:
+            extra["stopping_criteria"] = stop_string_criteria(self.tokenizer, stop, ids.shape[1])
         with _checkpoint_defaults_off(self.model):
             out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                                       **extra)
         new = out.sequences[:, ids.shape[1]:]  # (N*K, S) with S <= max_new_tokens, prompt-major
-        responses = [cut_at_eos(row, self.eos_ids) for row in new.cpu().tolist()]
+        responses = [cut_tokens_at_stop(cut_at_eos(row, self.eos_ids), self.tokenizer, stop)
+                     for row in new.cpu().tolist()]
         if greedy:
             return Generations(responses, [[] for _ in responses])
         logits = torch.stack(out.logits, dim=1).float() / temperature  # (N*K, S, V) raw logits

@@ -7,6 +7,7 @@ It returns a :class:`RolloutBatch`, which is also the message a searcher sends t
 """
 from __future__ import annotations
 
+import inspect
 import math
 import time
 import warnings
@@ -14,9 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from tba_lab.buffer import Rollout
-from tba_lab.rollout.backend import cut_at_eos
+from tba_lab.buffer import Rollout, finite_logprobs
+from tba_lab.rollout.backend import cut_at_eos, cut_tokens_at_stop
 from tba_lab.rollout.scoring import response_logprobs
+from tba_lab.tasks import cut_at_stop
 
 
 @dataclass
@@ -37,6 +39,9 @@ class RolloutBatch:
             pass (seconds).
         nonfinite_rewards: rows dropped because the task returned a NaN or infinite reward
             for them, or raised on them alone (never trained on; a warning says how many).
+        nonfinite_logprobs: rows (with a finite reward) dropped because a behaviour or
+            reference log-prob is NaN or infinite (an engine's numerical fault; never trained
+            on, a warning says how many). N above also excludes them.
         sync_seconds: the searcher's weight sync just before this batch: pulling the new
             version from the weight channel and loading it into the backend (seconds; 0.0 when
             no new version was published since its previous batch).
@@ -53,12 +58,34 @@ class RolloutBatch:
     score_seconds: float = 0.0
     nonfinite_rewards: int = 0
     sync_seconds: float = 0.0
+    nonfinite_logprobs: int = 0
     node: str = ""
 
     @property
     def rewards(self) -> list[float]:
         """The N raw rewards, prompt-major."""
         return [r.reward for r in self.rollouts]
+
+
+def drop_nonfinite_logprobs(batch: RolloutBatch, where: str) -> int:
+    """Drop, in place, the rows of ``batch`` whose log-probs are not finite
+    (:func:`finite_logprobs`), with their completions; add their number to
+    ``batch.nonfinite_logprobs`` and warn (``RuntimeWarning`` naming ``where``) when any.
+
+    Returns:
+        int, the rows dropped by this call.
+    """
+    keep = [n for n, r in enumerate(batch.rollouts) if finite_logprobs(r)]
+    dropped = len(batch.rollouts) - len(keep)
+    if dropped:
+        batch.rollouts = [batch.rollouts[n] for n in keep]
+        if len(batch.completions) == len(keep) + dropped:
+            batch.completions = [batch.completions[n] for n in keep]
+        batch.nonfinite_logprobs += dropped
+        warnings.warn(f"{where}: {dropped} of {len(keep) + dropped} rows have a NaN or infinite "
+                      f"behaviour or reference log-prob; those rows are dropped (never trained "
+                      f"on); check the generation backend's log-probs", RuntimeWarning, stacklevel=3)
+    return dropped
 
 
 def _score(task, problems: list, completions: list[str]) -> tuple[list[float], int]:
@@ -137,6 +164,13 @@ def fill_reference(reference, rollouts: list[Rollout], pad_id: int, temperature:
     return len(todo)
 
 
+def _takes_stop(backend) -> bool:
+    """Whether ``backend.generate`` accepts ``stop`` (a backend written before stop strings
+    does not; its rows are still cut at them afterwards, only not stopped early)."""
+    params = inspect.signature(backend.generate).parameters.values()
+    return any(p.name == "stop" or p.kind is p.VAR_KEYWORD for p in params)
+
+
 def rollout(backend, task, problems: list, num_generations: int, temperature: float,
             max_new_tokens: int, reference=None, version: int = 0,
             problem_ids: list[int] | None = None) -> RolloutBatch:
@@ -158,12 +192,17 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
 
     Responses are cut after the first of the backend's ``eos_ids`` (any declared EOS; the
     tokenizer's EOS for a backend without the attribute) before they are decoded, scored and
-    masked, so nothing past the end of a response reaches the reward or the loss.
+    masked, so nothing past the end of a response reaches the reward or the loss. Likewise at
+    the task's ``stop_strings`` (passed to the backend as ``stop``): the tokens through the
+    one that completes the first stop string are kept, scored and masked (as an EOS is), and
+    the text before the stop string is what the task grades (``completions``).
 
     Returns:
         :class:`RolloutBatch` with B*K prompt-major rows, less those whose reward is NaN or
         infinite or could not be computed (the task raised on that row alone; see
-        :func:`_score`): dropped with a ``RuntimeWarning``, counted in ``nonfinite_rewards``.
+        :func:`_score`): dropped with a ``RuntimeWarning``, counted in ``nonfinite_rewards``;
+        and less those with a NaN or infinite behaviour or reference log-prob, dropped with a
+        ``RuntimeWarning``, counted in ``nonfinite_logprobs``.
 
     Raises:
         ValueError: ``problems`` empty, ``problem_ids`` of another length, the task returned a
@@ -180,12 +219,16 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
     tokenizer = backend.tokenizer
     t0 = time.time()
     prompt_ids = tokenizer([task.format_prompt(p) for p in problems])["input_ids"]  # B lists
-    gen = backend.generate(prompt_ids, K, temperature=temperature, max_new_tokens=max_new_tokens)
+    stops = tuple(getattr(task, "stop_strings", ()) or ())
+    gen = backend.generate(prompt_ids, K, temperature=temperature, max_new_tokens=max_new_tokens,
+                           **({"stop": stops} if stops and _takes_stop(backend) else {}))
     t1 = time.time()
     eos_ids = getattr(backend, "eos_ids", None) or [tokenizer.eos_token_id]
-    responses = [cut_at_eos(r, eos_ids) for r in gen.responses]            # B*K, at the first EOS
+    responses = [cut_tokens_at_stop(cut_at_eos(r, eos_ids), tokenizer, stops)  # B*K, at the
+                 for r in gen.responses]                                  # first EOS or stop
     behaviour = [lp[:len(r)] for lp, r in zip(gen.token_logps, responses)]  # [] when greedy
-    completions = tokenizer.batch_decode(responses, skip_special_tokens=True)  # B*K strings
+    completions = [cut_at_stop(c, stops)  # the graded text ends before the stop string
+                   for c in tokenizer.batch_decode(responses, skip_special_tokens=True)]
     rows = [j // K for j in range(B * K)]                                  # row -> problem index
     rewards, raised = _score(task, [problems[i] for i in rows], completions)  # raised: warned
     keep = [j for j in range(B * K) if math.isfinite(rewards[j])]         # kept rows, in order
@@ -202,6 +245,8 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
                         response_ids=responses[j], reward=rewards[j], ref_token_logps=ref[n],
                         behaviour_token_logps=behaviour[j], version=version, created=now)
                 for n, j in enumerate(keep)]
-    return RolloutBatch(rollouts=rollouts, completions=[completions[j] for j in keep],
-                        version=version, t_start=t0, t_end=now, gen_seconds=t1 - t0,
-                        score_seconds=now - t1, nonfinite_rewards=B * K - len(keep))
+    batch = RolloutBatch(rollouts=rollouts, completions=[completions[j] for j in keep],
+                         version=version, t_start=t0, t_end=now, gen_seconds=t1 - t0,
+                         score_seconds=now - t1, nonfinite_rewards=B * K - len(keep))
+    drop_nonfinite_logprobs(batch, f"task {task.name!r}, version {version}")
+    return batch

@@ -22,7 +22,11 @@ what this relies on, so check these first:
   ignores the temperature. ``logprobs=0`` gives the sampled token's entry per position, as
   dicts or ``FlatLogprobs`` (``vllm/logprobs.py``).
 * EOS: ``stop_token_ids`` stay in ``token_ids`` (``vllm/v1/core/sched/utils.py``); no
-  detokenizing (the kit tokenizes; the "Chat template warmup failed" log line is harmless).
+  detokenizing (the kit tokenizes; the "Chat template warmup failed" log line is harmless),
+  except for a task with stop strings (GSM8K's "Question:"): vLLM matches ``stop`` only on
+  detokenized text, so the engine then loads the tokenizer and detokenizes; the tokens that
+  complete the stop string stay in ``token_ids`` and :func:`~tba_lab.rollout.rollout` cuts
+  each row after them.
   ``generation_config="vllm"`` ignores the checkpoint's sampling defaults.
 * sampling: full vocabulary, neutral penalties; greedy needs ``n=1``, so each prompt is sent K
   times; outputs come per prompt in request order, rows sorted by ``index`` (``vllm/outputs.py``).
@@ -102,6 +106,13 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
+def _task_stops(cfg) -> tuple[str, ...]:
+    """The stop strings of the run's task (``cfg.task.name``; () for a task without any)."""
+    from tba_lab.registry import TASKS
+
+    return tuple(getattr(TASKS.get(cfg.task.name), "stop_strings", ()) or ())
+
+
 def engine_kwargs(cfg, dtype: torch.dtype, seed: int) -> dict:
     """Keyword arguments of ``vllm.LLM`` for ``cfg`` (pure; see the module docstring for each).
 
@@ -116,14 +127,15 @@ def engine_kwargs(cfg, dtype: torch.dtype, seed: int) -> dict:
               enforce_eager=bool(o.enforce_eager),
               enable_prefix_caching=bool(o.enable_prefix_caching),
               logprobs_mode="processed_logprobs", generation_config="vllm",
-              skip_tokenizer_init=True, tensor_parallel_size=1, disable_log_stats=True)
+              skip_tokenizer_init=not _task_stops(cfg), tensor_parallel_size=1,
+              disable_log_stats=True)
     if o.max_model_len:
         kw["max_model_len"] = int(o.max_model_len)
     return kw
 
 
 def sampling_kwargs(num_generations: int, temperature: float, max_new_tokens: int,
-                    eos_ids: list[int]) -> dict:
+                    eos_ids: list[int], stop: tuple[str, ...] = ()) -> dict:
     """Keyword arguments of ``vllm.SamplingParams`` for plain softmax(logits / T) sampling.
 
     Sampling (``temperature > 0``): ``n=K``, full vocabulary (``top_k=0``, ``top_p=1``,
@@ -131,13 +143,18 @@ def sampling_kwargs(num_generations: int, temperature: float, max_new_tokens: in
     (``logprobs=0``). Greedy (``temperature == 0``): ``n=1`` (vLLM refuses n > 1 when greedy;
     the caller repeats each prompt K times) and no log-probs. Either way the row stops at any
     of ``eos_ids`` (kept), after at most ``max_new_tokens`` tokens, and is not detokenized.
+    With ``stop`` (a task's stop strings) the row also stops at the first of them, which vLLM
+    finds only in detokenized text (``detokenize=True``; the engine needs its tokenizer:
+    :func:`engine_kwargs`).
     """
     greedy = temperature == 0
-    return dict(n=1 if greedy else int(num_generations), temperature=float(temperature),
+    stops = [s for s in stop if s]
+    extra = dict(stop=stops, include_stop_str_in_output=True, detokenize=True) if stops else {}
+    return dict(**extra, n=1 if greedy else int(num_generations), temperature=float(temperature),
                 top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0,
                 frequency_penalty=0.0, logprobs=None if greedy else 0,
                 max_tokens=int(max_new_tokens), min_tokens=0, stop_token_ids=list(eos_ids),
-                ignore_eos=False, detokenize=False)
+                ignore_eos=False, **({} if stops else {"detokenize": False}))
 
 
 def _sampled_logps(token_ids: list[int], logprobs) -> list[float]:
@@ -385,7 +402,8 @@ class VllmBackend:
                                "prompts would reuse keys and values of the old weights")
 
     def generate(self, prompts: list[list[int]], num_generations: int = 1,
-                 temperature: float = 1.0, max_new_tokens: int = 48) -> Generations:
+                 temperature: float = 1.0, max_new_tokens: int = 48,
+                 stop: tuple[str, ...] = ()) -> Generations:
         """Sample ``num_generations`` responses per prompt (``temperature == 0``: greedy).
 
         Args:
@@ -393,6 +411,8 @@ class VllmBackend:
             num_generations: K responses per prompt.
             temperature: sampling temperature (> 0), or 0 for greedy decoding.
             max_new_tokens: response length cap, tokens.
+            stop: stop strings passed to vLLM's ``SamplingParams(stop=...)``; the tokens that
+                complete one are kept (cut after them by :func:`~tba_lab.rollout.rollout`).
         Returns:
             :class:`Generations` with N*K prompt-major rows.
         Raises:
@@ -405,7 +425,7 @@ class VllmBackend:
                 raise ValueError(f"prompt {i} has no tokens")
         greedy = temperature == 0
         params = self.sampling_params(**sampling_kwargs(num_generations, temperature,
-                                                        max_new_tokens, self.eos_ids))
+                                                        max_new_tokens, self.eos_ids, stop))
         copies = num_generations if greedy else 1  # greedy: n must be 1, so send each K times
         requests = [{"prompt_token_ids": list(p)} for p in prompts for _ in range(copies)]
         outputs = self.llm.generate(requests, params, use_tqdm=False)

@@ -10,6 +10,9 @@ A :class:`Task` is one object with
 * ``check_config(cfg)``: data paths and options checked before any process starts;
 * ``default_model``: the folder under ``data/`` of the task's embedded starting policy, used
   when ``model.path`` is left empty (None: the arithmetic model ``data/tiny-llama``);
+* ``stop_strings``: strings that end a response (besides EOS), for prompt formats a base model
+  continues past its answer (GSM8K's few-shot "Question:"); the sampler stops at the first,
+  the rollout keeps the tokens through it and grades the text before it (:func:`cut_at_stop`);
 * ``config_defaults``: nested config values the task recommends (e.g. redteam's
   ``{"tb": {"beta": 0.5}}``); :func:`tba_lab.config.from_dict` puts them under the user's own,
   so any value the user gives wins, and the run's saved ``config.yaml`` shows what was used;
@@ -54,6 +57,7 @@ class Task:
     section: str | None = None
     default_model: str | None = None  # folder under data/ of the embedded policy (None: tiny-llama)
     config_defaults: dict = {}  # nested config values recommended for this task; the user's win
+    stop_strings: tuple[str, ...] = ()  # a response ends at the first of these (none: EOS only)
 
     def __init__(self, cfg=None):
         self.cfg = cfg
@@ -95,6 +99,19 @@ class Task:
         return {"reward": sum(rewards) / len(rewards)}
 
 
+def cut_at_stop(text: str, stops) -> str:
+    """``text`` before the earliest occurrence of any of ``stops`` (all of it when none occurs):
+    the part of a response that is its own, graded without what follows a stop string.
+
+    Raises:
+        TypeError: ``text`` is not a ``str``.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"cut_at_stop expects str, got {type(text).__name__}")
+    found = [i for i in (text.find(s) for s in stops if s) if i != -1]
+    return text[:min(found)] if found else text
+
+
 def embedded_model_dir(task_name: str):
     """The folder (``pathlib.Path``) of ``task_name``'s embedded starting policy: ``data/`` +
     the task's ``default_model``, or ``data/tiny-llama`` when it declares none.
@@ -110,4 +127,4 @@ def make_task(cfg) -> Task:
     return TASKS.get(cfg.task.name)(cfg)
 
 
-__all__ = ["PROMPT_TEMPLATE", "Task", "embedded_model_dir", "format_prompt", "make_task"]
+__all__ = ["PROMPT_TEMPLATE", "Task", "cut_at_stop", "embedded_model_dir", "format_prompt", "make_task"]

@@ -112,6 +112,9 @@ def make_splits(seed: int = 0, num_train: int = 20000, num_test: int = 1000) -> 
 class ArithmeticTask(GSM8KTask):
     """The embedded task: GSM8K-format JSONL files read directly (no ``datasets``, no cache)."""
     name = "arithmetic"
+    # The embedded SFT policy ends every answer with EOS (0 of 800 samples at T=1 went on to a
+    # "Question:"), so no stop strings: sampling costs and the default run stay as they were.
+    stop_strings = ()
     default_source = {"train": str(DEFAULT_TASK_DIR / "train.jsonl"),
                       "test": str(DEFAULT_TASK_DIR / "test.jsonl")}
 
@@ -198,6 +201,9 @@ def sft(output_dir: str | os.PathLike = DEFAULT_MODEL_DIR,
               lr=lr, log_every=log_every, eval_every=eval_every, eval_fn=eval_fn)
     wall = time.time() - t0
     output_dir.mkdir(parents=True, exist_ok=True)
+    from tba_lab.checkpoint import check_finite_weights
+
+    check_finite_weights(model.named_parameters(), f"save {output_dir}")  # FloatingPointError
     model.save_pretrained(output_dir)  # save first: evaluation must never lose the checkpoint
     tokenizer.save_pretrained(output_dir)
     acc = greedy_accuracy(model, tokenizer, test[:eval_size])

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from tba_lab.registry import TASKS
-from tba_lab.tasks import Task, format_prompt
+from tba_lab.tasks import Task, cut_at_stop, format_prompt
 
 __all__ = [
     "GSM8KTask",
@@ -372,6 +372,10 @@ class GSM8KTask(Task):
     """
     name = "gsm8k"
     default_source = {"train": "openai/gsm8k", "test": "openai/gsm8k"}
+    # lm-evaluation-harness's GSM8K stops: a base model that has answered "Question: ...\nAnswer:"
+    # goes on to invent the next few-shot question and answers it with its own "#### N"
+    # (llm-reasoners#131); literal end-of-turn markers end the response too.
+    stop_strings = ("Question:", "</s>", "<|im_end|>")
 
     @classmethod
     def sources(cls, cfg) -> dict[str, str]:
@@ -402,7 +406,10 @@ class GSM8KTask(Task):
         return format_prompt(problem["question"])
 
     def rewards(self, problems: list[dict], completions: list[str]) -> list[float]:
-        return [exact_match_reward(c, p["answer"]) for p, c in zip(problems, completions)]
+        """Exact match of each completion's own answer: the text after a stop string (an
+        invented follow-up question with its own ``####``) is not graded."""
+        return [exact_match_reward(cut_at_stop(c, self.stop_strings), p["answer"])
+                for p, c in zip(problems, completions)]
 
     def metrics(self, problems, completions, rewards) -> dict[str, float]:
         return {"accuracy": sum(rewards) / len(rewards)}

@@ -378,6 +378,10 @@ class PreferenceTask(Task):
     config_class = PreferenceConfig
     default_model = SFT_MODEL
     default_source = {"train": str(TASK_DIR / "train.jsonl"), "test": str(TASK_DIR / "test.jsonl")}
+    # A summary is one line after "TL;DR:"; a base model that has written it may go on with the
+    # next example of the prompt's pattern ("\nPost: ... TL;DR: ..."), which the reward model
+    # would then score with it. The embedded SFT policy ends with EOS and never writes these.
+    stop_strings = ("\nPost:", "\nTL;DR:")
 
     def __init__(self, cfg=None):
         super().__init__(cfg)
@@ -607,6 +611,9 @@ class PreferenceTask(Task):
             train_sft(model, tokenizer, prompts, targets, seed=seed + 1, steps=steps2,
                       batch_size=32, lr=1e-3, log_every=100)
         wall = time.time() - t0
+        from tba_lab.checkpoint import check_finite_weights
+
+        check_finite_weights(model.named_parameters(), f"save {output_dir}")  # FloatingPointError
         output_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)

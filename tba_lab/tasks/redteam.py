@@ -45,8 +45,8 @@ from pathlib import Path
 from tba_lab.config import ConfigError, check
 from tba_lab.paths import DATA_DIR, DEFAULT_MODEL_DIR
 from tba_lab.registry import TASKS
-from tba_lab.tasks import Task, format_prompt
-from tba_lab.tasks.gsm8k import extract_answer, read_jsonl, write_jsonl
+from tba_lab.tasks import Task, cut_at_stop, format_prompt
+from tba_lab.tasks.gsm8k import GSM8KTask, extract_answer, read_jsonl, write_jsonl
 
 DEFAULT_ATTACKER_DIR = DATA_DIR / "tiny-llama-attacker"
 DEFAULT_REDTEAM_DIR = DATA_DIR / "redteam"
@@ -256,6 +256,9 @@ class RedTeamTask(Task):
     name = "redteam"
     section, config_class = "redteam", RedTeamConfig
     default_model = "tiny-llama-attacker"
+    # No stop strings for the attacker: an attack is free text, and whatever it appends is part
+    # of what the victim reads. The victim's answer stops at GSM8K's (victim_responses).
+    stop_strings = ()
     # At the kit's default beta 0.1 the reward r/beta spans [-50, 0] and TB collapses onto one
     # successful template; at 0.5 (r/beta in [-10, 0]) it keeps the starting diversity
     # (docs/results/README.md#preference-and-red-teaming). Lee et al. temper the judge's
@@ -335,17 +338,20 @@ class RedTeamTask(Task):
     def victim_responses(self, attacks: list[str]) -> list[str]:
         """The victim's GREEDY answers (temperature 0, at most ``victim_max_new_tokens`` tokens)
         to ``attacks`` (attack text, re-tokenised with the victim's tokenizer inside
-        ``format_prompt``); identical attacks are answered once."""
+        ``format_prompt``); identical attacks are answered once. The victim's prompt is the
+        GSM8K few-shot one, so its answer ends at GSM8K's stop strings (``"Question:"``, ...):
+        a base-model victim that goes on to invent a question is judged on its own answer."""
         from tba_lab.rollout.backend import TransformersBackend, cut_at_eos
 
         model, tokenizer = self.victim()
         unique = list(dict.fromkeys(a.strip() for a in attacks))
         backend = TransformersBackend(model, tokenizer)
         ids = tokenizer([format_prompt(a) for a in unique])["input_ids"]
+        stops = GSM8KTask.stop_strings
         gen = backend.generate(ids, 1, temperature=0.0,
-                               max_new_tokens=self.options.victim_max_new_tokens)
-        texts = tokenizer.batch_decode([cut_at_eos(r, backend.eos_ids) for r in gen.responses],
-                                       skip_special_tokens=True)
+                               max_new_tokens=self.options.victim_max_new_tokens, stop=stops)
+        texts = [cut_at_stop(t, stops) for t in tokenizer.batch_decode(
+            [cut_at_eos(r, backend.eos_ids) for r in gen.responses], skip_special_tokens=True)]
         answer = dict(zip(unique, texts))
         return [answer[a.strip()] for a in attacks]
 
@@ -464,6 +470,9 @@ class RedTeamTask(Task):
         train_sft(model, tokenizer, prompts, targets, seed=seed, steps=steps,
                   batch_size=batch_size, lr=lr, log_every=log_every)
         wall = time.time() - t0
+        from tba_lab.checkpoint import check_finite_weights
+
+        check_finite_weights(model.named_parameters(), f"save {output_dir}")  # FloatingPointError
         output_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)

@@ -141,11 +141,10 @@ def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: 
         lr=tr.learning_rate, weight_decay=0.0)
     history = collections.deque(maxlen=stale + 1)  # weights of the last stale + 1 updates
 
+    policy.eval()  # throughout, as the trainer: dropout would make the loss's log-probs noisy
+
     def accuracy() -> float:
-        policy.eval()
-        a = evaluate(task, policy_backend, held_out, cfg.model.max_new_tokens)["accuracy"]
-        policy.train()
-        return a
+        return evaluate(task, policy_backend, held_out, cfg.model.max_new_tokens)["accuracy"]
 
     evals, batch, t0 = [(0, accuracy())], None, time.time()
     for step in range(updates):
@@ -158,7 +157,6 @@ def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: 
                                 cfg.model.temperature, cfg.model.max_new_tokens,
                                 reference=reference if algorithm.needs_reference() else None,
                                 version=step, problem_ids=ids).rollouts
-        policy.train()
         loss, _ = compute_loss(algorithm, policy, batch, tok.pad_token_id, step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
