@@ -38,6 +38,7 @@ import random
 import signal
 import threading
 import time
+import traceback
 import warnings
 from dataclasses import replace
 
@@ -495,8 +496,12 @@ def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | N
             evaluate_weight_copies(policy, snapshots, lambda s, wall: held_out_metrics(
                 s, cfg.task.interim_eval_size, "interim", wall))
             held_out_metrics(step, cfg.task.eval_size, "after")
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             log.summary["interrupted"] = True
+            # the interrupted frames below this one (a publish, a pull of a message) may hold
+            # the shared weights; a notebook keeps the traceback (sys.last_traceback), which
+            # would keep them mapped after the run: their locals go, the traceback stays
+            traceback.clear_frames(e.__traceback__)
             saver.save(step)
             raise
         except Exception as e:  # the run stops on an error: keep what it learned, resumable

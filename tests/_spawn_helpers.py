@@ -5,6 +5,8 @@ Spawned children re-import the function they run, so it must live in an importab
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 # A fixed prompt / response pair (token ids valid for any vocabulary of >= 8 tokens).
@@ -136,3 +138,33 @@ def repeated_runs(config_path: str, runs: int) -> None:
         train(replace(cfg, output_dir=str(Path(cfg.output_dir) / f"run{i}")), progress=False)
         gc.collect()
         print(json.dumps({"when": f"after {i}", **_own_resources()}), flush=True)
+
+
+def interrupted_in_publish(config_path: str, publish: int) -> None:
+    """``train()`` with Ctrl-C landing inside the ``publish``-th weight publish (the frame that
+    holds the shared weights), caught and kept as a notebook kernel keeps it
+    (``sys.last_traceback``); then print one JSON line, ``_own_resources()``."""
+    import gc
+    import json
+
+    import tba_lab.actors.weights as weights
+    from tba_lab.config import load_yaml
+    from tba_lab.trainer import train
+
+    real, calls = weights.check_finite_weights, [0]
+
+    def interrupting(named, what):
+        calls[0] += 1
+        if calls[0] == publish:
+            raise KeyboardInterrupt
+        return real(named, what)
+
+    weights.check_finite_weights = interrupting
+    torch.set_num_threads(1)
+    try:
+        train(load_yaml(config_path), progress=False)
+    except KeyboardInterrupt:
+        sys.last_traceback = sys.exc_info()[2]
+    assert calls[0] >= publish, f"only {calls[0]} publishes: the interrupt never happened"
+    gc.collect()
+    print(json.dumps(_own_resources()), flush=True)

@@ -510,6 +510,23 @@ def test_repeated_runs_in_one_process_release_everything(tmp_path):
     assert_no_leak_warning(stderr)
 
 
+def test_interrupt_inside_a_publish_releases_the_shared_weights(tmp_path):
+    """Ctrl-C that lands inside a weight publish, whose frame holds the shared weights, with the
+    traceback kept afterwards as a notebook kernel keeps it (``sys.last_traceback``): the
+    process maps no shared weights once the run has ended (the kernel test below hits this
+    only when its interrupt happens to land there)."""
+    config = _write_config(tmp_path, training={"max_steps": 20})
+    code = ("import sys; from tests._spawn_helpers import interrupted_in_publish; "
+            "interrupted_in_publish(sys.argv[1], 2)")
+    proc = subprocess.run([sys.executable, "-c", code, str(config)], cwd=REPO,
+                          env=_env(uuid.uuid4().hex), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    [state] = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert not state["shared_tensors"], \
+        f"the process still maps the interrupted run's shared weights: {state['shared_tensors']}"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["interrupted"] is True
+
+
 # ----------------------------------------------------------------------------------------------
 # Jupyter
 # ----------------------------------------------------------------------------------------------
