@@ -30,12 +30,12 @@ KERNEL = $(VENV)/share/jupyter/kernels/tba-lab/kernel.json
 $(KERNEL): $(BIN)/.installed
 	$(BIN)/python -m ipykernel install --sys-prefix --name tba-lab --display-name "Python (tba-lab)"
 
-# JupyterLab on notebooks/: from PORT on, the first free port (a second user or a second lab gets
+# JupyterLab on notebooks/ (the venv's bin first on PATH, so that %tensorboard finds its server): from PORT on, the first free port (a second user or a second lab gets
 # the next one), a fresh random token in the URL it prints; e.g. make lab PORT=9000 LAB_ARGS=--no-browser
 PORT     ?= 8888
 LAB_ARGS ?=
 lab: $(KERNEL)
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.port=$(PORT) --ServerApp.port_retries=50 \
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.port=$(PORT) --ServerApp.port_retries=50 \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 clean:

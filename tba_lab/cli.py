@@ -77,8 +77,11 @@ def _train(args) -> int:
                 "output_dir": (None, "output_dir"), "max_minutes": (None, "max_minutes"),
                 "seed": (None, "seed"), "algo": (None, "algo"), "mode": ("async_", "mode"),
                 "num_searchers": ("async_", "num_searchers"), "sync_period": ("async_", "sync_period"),
-                "max_steps": ("training", "max_steps"), "model": ("model", "path")}.items():
+                "max_steps": ("training", "max_steps"), "model": ("model", "path"),
+                "report_to": (None, "report_to")}.items():
             value = getattr(args, flag)
+            if flag == "report_to" and value is not None:
+                value = [] if value == ["none"] else value
             if value is not None:
                 setattr(getattr(cfg, section) if section else cfg, name, value)
         validate(cfg)
@@ -270,7 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-searchers", type=int)
     t.add_argument("--sync-period", type=int, help="k: publish weights every k updates")
     t.add_argument("--model", help="starting policy folder (default: the embedded tiny model)")
-    t.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    t.add_argument("--report-to", nargs="+", metavar="NAME", help="live dashboards: tensorboard "
+                   "(event files in OUTPUT_DIR/tensorboard), wandb, trackio, or none")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar or status lines")
     t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its checkpoint.pt "
                    "(its config.yaml; flags such as --max-minutes or --max-steps extend it)")
     t.set_defaults(func=_train)

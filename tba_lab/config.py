@@ -141,7 +141,9 @@ class RunConfig:
     output_dir: str = "runs/default"    # where metrics, summary, curves and the policy go
     max_minutes: float = 9.0            # training wall-clock budget, minutes (evaluation before/after extra)
     seed: int = 0                       # seeds the trainer, the searchers and the buffer
-    log_every: int = 1                  # metrics.jsonl and tqdm every this many updates
+    log_every: int = 1                  # metrics.jsonl (and report_to) every this many updates
+    report_to: list = field(default_factory=list)  # live dashboards (TRL's option): tensorboard | wandb | trackio
+    status_every_seconds: float = 30.0  # outside a terminal or notebook: one status line this often
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
@@ -238,6 +240,8 @@ def _typed(value, default, name: str, hint: str = ""):
     return value
 
 
+REPORT_TO = ("tensorboard", "wandb", "trackio")  # report_to's names (tba_lab.reporting)
+
 # Options that were removed, with the value that behaves as the kit does now: a saved config
 # (a run folder to resume) that holds that value loads; any other value is refused by name.
 _REMOVED = {"buffer.recency_fallback": "newest", "async.wait_for_room": True}
@@ -291,6 +295,9 @@ def from_dict(data: dict | None) -> RunConfig:
             kwargs[key] = _fill(_CORE_SECTIONS[key], value, f"{shown}.")
         elif key in classes:
             sections[key] = _fill(classes[key], value, f"{key}.")
+        elif key == "report_to":  # TRL's spellings: a name, a list, "none" or null
+            kwargs[key] = [] if value in (None, "none") else [value] if isinstance(value, str) \
+                else value
         elif key in top:
             kwargs[key] = _typed(value, top[key].default, key)
         else:
@@ -444,6 +451,13 @@ def validate(cfg: RunConfig) -> RunConfig:
     check(0 <= cfg.seed <= SEED_MAX, f"seed={cfg.seed}: give an integer from 0 to {SEED_MAX} "
                                      f"(2**32 - 1; numpy and torch generators take no sign)")
     check(cfg.log_every >= 1, f"log_every={cfg.log_every}: must be >= 1")
+    check(cfg.status_every_seconds > 0, f"status_every_seconds={cfg.status_every_seconds}: must "
+                                        f"be > 0 (seconds between status lines)")
+    check(isinstance(cfg.report_to, list), f"report_to={cfg.report_to!r}: give a list of names, "
+                                           f"e.g. [tensorboard]")
+    for name in cfg.report_to:  # whether its package is installed: the preflight's check
+        check(name in REPORT_TO, f"report_to: {name!r} is not one of {list(REPORT_TO)}; fix: use "
+                                 f"those names, or [] for the JSONL files only")
     m, t, tr = cfg.model, cfg.task, cfg.training
     check(m.temperature > 0, f"model.temperature={m.temperature}: must be > 0 (sampling temperature)")
     check(m.max_new_tokens >= 1, f"model.max_new_tokens={m.max_new_tokens}: must be >= 1")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tba_lab import paths
 from tba_lab.config import ConfigError, RunConfig, validate
+from tba_lab.reporting import check_report_to
 
 # Files a tokenizer can be loaded from (fast tokenizers, sentencepiece, BPE/WordPiece vocabs).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
@@ -376,7 +377,8 @@ def preflight(cfg: RunConfig, splits: tuple[str, ...] = ("train", "test"),
     """Check a run's inputs before any process starts and anything is written.
 
     In order: :func:`~tba_lab.config.validate` (fields set after construction included), when
-    ``output`` the devices (:func:`check_devices`) and ``output_dir`` (:func:`check_output_dir`),
+    ``output`` the devices (:func:`check_devices`), ``output_dir`` (:func:`check_output_dir`) and
+    the packages ``report_to`` needs (:func:`~tba_lab.reporting.check_report_to`),
     ``model.path`` and its tokenizer (:func:`check_model`), the task's data
     (:func:`check_task_data`). Loads the tokenizer and the task's problems, no model weights (a
     fraction of a second for the embedded model and task).
@@ -398,6 +400,7 @@ def preflight(cfg: RunConfig, splits: tuple[str, ...] = ("train", "test"),
     if output:  # a training run (tba-lab eval evaluates on the CPU, whatever the config says)
         check_devices(cfg)
         check_output_dir(cfg.output_dir)
+        check_report_to(cfg.report_to)  # the package each report_to entry needs
     check_model(cfg.model.path)
     sizes = check_task_data(cfg, splits)
     return {"model_path": str(cfg.model.path), **{f"{k}_problems": v for k, v in sizes.items()}}

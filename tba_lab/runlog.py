@@ -22,7 +22,9 @@ algorithm). Files in ``cfg.output_dir``:
   metrics, e.g. ``accuracy``);
 * ``summary.json`` and ``curves.png`` at the end (also after Ctrl-C); its counters include
   ``nonfinite_rewards``, ``nonfinite_logprobs`` (rows dropped) and ``nonfinite_updates``
-  (updates skipped for a NaN/inf loss or gradient norm: no optimizer step, no metrics row).
+  (updates skipped for a NaN/inf loss or gradient norm: no optimizer step, no metrics row);
+* ``tensorboard/`` with ``report_to: [tensorboard]``: the same numbers live
+  (:mod:`tba_lab.reporting`, which also draws the console's bar or status lines).
 
 A resumed run (``RunLog(cfg, resume=state)``) keeps the rows up to its checkpoint's step
 (rows written after the checkpoint are dropped: those updates are done again), appends to the
@@ -38,6 +40,7 @@ import time
 from pathlib import Path
 
 from tba_lab.buffer import ReplayBuffer
+from tba_lab.reporting import RATE_SECONDS, Console, make_reporters, update_scalars
 
 
 def read_jsonl_rows(path: str | Path) -> list[dict]:
@@ -101,7 +104,9 @@ class RunLog:
 
     Args:
         cfg: the run's :class:`~tba_lab.config.RunConfig` (``output_dir``, ``log_every``, ...).
-        progress: show a tqdm bar of trainer updates.
+        progress: show the run's progress (:class:`~tba_lab.reporting.Console`: a bar over the
+            budget in a terminal or notebook, else a status line every
+            ``status_every_seconds``); False: warnings only.
         resume: :meth:`state_dict` of the run being resumed (its checkpoint's ``log``), or None
             for a new run (the files are started afresh).
     Raises:
@@ -153,10 +158,15 @@ class RunLog:
         self.t_free = self.t_start    # when the trainer last finished an update (wait_seconds)
         self.reference_seconds = 0.0  # the trainer's reference pass since the last update
         self.next_eval = float("inf")
-        self.bar = None
+        self.console = Console(cfg, progress, self.first_step)
+        self.reporters = make_reporters(cfg, self.out, self.first_step, resume is not None)
+        self.rates: dict = {}  # throughput/* of the last full window (RATE_SECONDS)
+        self.window = (self.t_start, self.first_step, self.samples, 0.0)  # t, step, samples, busy s
 
     def state_dict(self, step: int) -> dict:
         """The counters and summary so far at trainer ``step``, for a checkpoint (plain types)."""
+        for r in self.reporters:  # the events up to the checkpoint are on disk before it is
+            r.flush()
         state = {k: getattr(self, k) for k in self._COUNTERS}
         state.update(elapsed_saved=self.elapsed(), step=step, summary=dict(self.summary))
         return state
@@ -165,15 +175,12 @@ class RunLog:
     def start_clock(self) -> float:
         """The training budget starts now (a resumed run: its used seconds ago); returns that
         time (``time.time()`` seconds)."""
-        from tqdm.auto import tqdm
-
         self.t_free = time.time()
         self.t_start = self.t_free - self.elapsed_saved
         every = self.cfg.task.eval_every_seconds
         self.next_eval = self.t_start + every if every else float("inf")
-        self.bar = tqdm(total=self.cfg.training.max_steps or None, disable=not self.progress,
-                        unit="step", desc=f"{self.cfg.algo}/{self.cfg.async_.mode}",
-                        initial=self.first_step)
+        self.window = (self.t_free, self.first_step, self.samples, 0.0)
+        self.console.start(self.elapsed_saved)
         return self.t_start
 
     def elapsed(self) -> float:
@@ -211,6 +218,9 @@ class RunLog:
             self.summary["nonfinite_logprobs"] += dropped_lp
             self.searcher_timing = {"gen_seconds": batch.gen_seconds,
                                     "score_seconds": batch.score_seconds}
+            self._report({f"searcher/{k}/s{batch.searcher_id}": v for k, v in (
+                ("gen_seconds", batch.gen_seconds), ("score_seconds", batch.score_seconds),
+                ("sync_seconds", batch.sync_seconds), ("version_lag", step - batch.version))}, step)
             self.searchers_f.write(json.dumps({
                 "searcher_id": batch.searcher_id, "version": batch.version,
                 "t_start": round(batch.t_start - self.t_start, 4),
@@ -239,10 +249,11 @@ class RunLog:
                    f"(not finite); the weights are unchanged")
 
     def _warn(self, msg: str) -> None:
-        if self.bar is not None:
-            self.bar.write(msg)
-        else:
-            print(msg, flush=True)
+        self.console.write(msg)
+
+    def _report(self, values: dict, step: int) -> None:
+        for r in self.reporters:
+            r.scalars(values, step)
 
     def searcher_failed(self, step: int, failure, action: str) -> None:
         """A searcher failed at trainer ``step`` (a
@@ -253,11 +264,7 @@ class RunLog:
         self.summary["searcher_failures"].append(
             {"searcher_id": failure.searcher_id, "reason": failure.reason, "step": step,
              "wall_seconds": round(self.elapsed(), 1), "action": action, "error": last})
-        msg = f"warning: searcher {failure.searcher_id} {failure.reason} ({last}); {action}"
-        if self.bar is not None:
-            self.bar.write(msg)
-        else:
-            print(msg, flush=True)
+        self._warn(f"warning: searcher {failure.searcher_id} {failure.reason} ({last}); {action}")
 
     # ------------------------------------------------------------------ updates
     def update(self, step: int, batch: list, loss: float, info: dict, grad_norm: float, lr: float,
@@ -282,9 +289,24 @@ class RunLog:
         if step % self.cfg.log_every == 0:
             self.metrics_f.write(json.dumps(row) + "\n")
             self.metrics_f.flush()
-        self.bar.update(1)
-        self.bar.set_postfix(reward=f"{reward_mean:.2f}", stale=f"{row['staleness_mean']:.1f}",
-                             buf=buffer_size, refresh=False)
+            self._report(update_scalars(row), step)
+        self._rates(step, now, row["update_seconds"] + row["reference_seconds"])
+        self.console.update(step, now - self.t_start, {**self.rates, **row})
+
+    def _rates(self, step: int, now: float, busy: float) -> None:
+        """Updates and samples per minute and the trainer's busy fraction over the last
+        :data:`~tba_lab.reporting.RATE_SECONDS` (reported, and shown by the console)."""
+        t0, step0, samples0, busy0 = self.window
+        busy += busy0
+        if now - t0 < RATE_SECONDS:
+            self.window = (t0, step0, samples0, busy)
+            return
+        minutes = (now - t0) / 60
+        self.rates = {"updates_per_minute": (step - step0) / minutes,
+                      "samples_per_minute": (self.samples - samples0) / minutes,
+                      "trainer_busy": min(1.0, busy / (now - t0))}
+        self._report({f"throughput/{k}": v for k, v in self.rates.items()}, step)
+        self.window = (now, step, self.samples, 0.0)
 
     # --------------------------------------------------------------- evaluation
     def eval_due(self) -> bool:
@@ -302,13 +324,18 @@ class RunLog:
             wall = {"before": 0.0, "after": self.summary["wall_seconds"]}.get(when, round(self.elapsed(), 1))
         self.eval_f.write(json.dumps({"step": step, "wall_seconds": wall, **metrics, "n": n}) + "\n")
         self.eval_f.flush()
+        self._report({f"eval/{k}": v for k, v in metrics.items()
+                      if isinstance(v, (int, float)) and not isinstance(v, bool)}, step)
+        if metrics:
+            key = eval_metric(metrics)
+            self.console.evaluated(step, key, metrics[key])
         if when in ("before", "after"):
             self.summary["held_out_metrics"] = list(metrics)
             self.summary.update({f"{k}_{when}": v for k, v in metrics.items()})
             self.summary[f"eval_seconds_{when}"] = round(seconds, 1)
         if when == "interim":
             shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-            self.bar.write(f"step {step}: held-out {shown} ({n} problems)")
+            self.console.write(f"step {step}: held-out {shown} ({n} problems)")
         if when != "before":
             self.next_eval_from_now()
             self.t_free = time.time()  # evaluation is not waiting for data
@@ -321,8 +348,7 @@ class RunLog:
     # -------------------------------------------------------------------- close
     def close(self, step: int, extra: dict | None = None) -> dict:
         """Close the files, write ``summary.json`` and ``curves.png``; returns the summary."""
-        if self.bar is not None:
-            self.bar.close()
+        self.console.close()
         if not self.summary["wall_seconds"]:
             self.summary["wall_seconds"] = round(self.elapsed(), 1)
         wall = self.summary["wall_seconds"]
@@ -333,6 +359,11 @@ class RunLog:
                             updates_per_minute=round(60 * step / max(wall, 1e-9), 2), **(extra or {}))
         for f in (self.metrics_f, self.searchers_f, self.eval_f):
             f.close()
+        for r in self.reporters:
+            try:
+                r.close()
+            except Exception as e:  # a dashboard must never lose a run
+                print(f"warning: could not close report_to's {type(r).__name__}: {e}")
         (self.out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
         try:
             plot_curves(self.out)

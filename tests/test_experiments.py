@@ -394,6 +394,9 @@ def test_searchers_and_set_flags_set_the_settings(tmp_path, capsys, monkeypatch)
     assert (s["minutes"], s["legs"], s["target"], s["eval_size"]) == (3.0, ["a", "c"], 0.45, 1000)
     s = experiment_settings("default", settings={"other": 1234567, "minutes": "2"})
     assert (s["other"], s["minutes"]) == ("1234567", 2)  # a commit, and the config's type
+    s = experiment_settings("default", settings={"other": "HEAD", "report_to": "tensorboard"})
+    assert [(v, o.get("report_to")) for v, o in default.variants(s)] == [
+        ("other", None), ("this", ["tensorboard"])]  # the other checkout may predate report_to
     seen.clear()
     for args, said in ((["--set", "minutes=abc"], "minutes takes a float"),
                        (["--set", "minutes"], "write KEY=VALUE"),

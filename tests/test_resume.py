@@ -1,7 +1,6 @@
 """Resumable runs: atomic checkpoints, exact restore of the trainer's state, SIGKILL then
 ``tba-lab train --resume``, and refusal to resume with another model or algorithm."""
 import json
-import os
 import random
 import signal
 import subprocess
@@ -16,8 +15,9 @@ import yaml
 
 from tba_lab.actors.locks import LOCK_PREFIX
 from tba_lab.buffer import ReplayBuffer, Rollout
-from tba_lab.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from tba_lab.checkpoint import load_checkpoint, save_checkpoint
 from tba_lab.config import ConfigError, from_dict
+from tests._runs import sigkill_after_updates
 
 
 def test_checkpoint_survives_sigkill_during_a_write(tmp_path):
@@ -130,19 +130,9 @@ def test_sigkill_then_resume_ends_at_the_planned_step_and_continues_the_files(tm
     # sync mode: every update waits for a batch of its own version, so the resumed run's first
     # batches show which weights its searcher started from (async would train on replay alone)
     path, run = _write_config(tmp_path, **{"async": {"mode": "sync"}})
-    child = subprocess.Popen([sys.executable, "-m", "tba_lab", "train", "--config", str(path),
-                              "--no-progress"], start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        rows = _jsonl(run / "metrics.jsonl") if (run / "metrics.jsonl").exists() else []
-        if len(rows) >= 11:
-            break
-        time.sleep(0.05)
-    os.killpg(child.pid, signal.SIGKILL)  # the trainer and its searchers, as an OOM kill would
-    child.wait()
+    pid = sigkill_after_updates(path, run, 11)
     # known limit (README): nobody is left to remove the weight channel's empty lock file
-    [lock] = Path(tempfile.gettempdir()).glob(f"{LOCK_PREFIX}{child.pid}-*")
+    [lock] = Path(tempfile.gettempdir()).glob(f"{LOCK_PREFIX}{pid}-*")
     lock.unlink()
     logged = max(r["step"] for r in _jsonl(run / "metrics.jsonl"))
     saved = load_checkpoint(run)["step"]

@@ -40,11 +40,13 @@ HERE = Path(__file__).resolve().parents[3]  # this checkout: the package's repos
 
 def settings(smoke: bool) -> dict:
     """``task``; ``other``: a folder or commit to run side by side ("" = none); ``minutes`` and
-    ``eval_size``: None keeps the config's (9 minutes, 500 problems). SMOKE: tiny runs."""
+    ``eval_size``: None keeps the config's (9 minutes, 500 problems); ``report_to``: this
+    checkout's runs only (``report_to=tensorboard``: does live logging cost updates?), the
+    ``other`` one's keep the default, since it may predate the option. SMOKE: tiny runs."""
     if smoke:
         return {"task": "arithmetic", "other": "", "minutes": 0.2, "eval_size": 20,
-                "prompts": 8, "generations": 4, "initial_fill": 32}
-    return {"task": "arithmetic", "other": "", "minutes": None, "eval_size": None}
+                "prompts": 8, "generations": 4, "initial_fill": 32, "report_to": []}
+    return {"task": "arithmetic", "other": "", "minutes": None, "eval_size": None, "report_to": []}
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:
@@ -58,7 +60,8 @@ def variants(s: dict) -> list[tuple[str, dict]]:
     if s.get("prompts"):
         over["training"] = {"num_prompts_per_step": s["prompts"], "num_generations": s["generations"]}
         over["buffer"] = {"initial_fill": s["initial_fill"]}
-    return ([("other", over)] if s["other"] else []) + [("this", over)]
+    this = {**over, "report_to": list(s["report_to"])} if s.get("report_to") else over
+    return ([("other", over)] if s["other"] else []) + [("this", this)]
 
 
 def estimate_seconds(s: dict, n_seeds: int, smoke: bool) -> float:

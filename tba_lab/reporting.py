@@ -1,0 +1,262 @@
+"""Watching a run while it runs: ``report_to`` and the console.
+
+``report_to`` (TRL's option name: a list, default none) sends the numbers :class:`~tba_lab.runlog.RunLog`
+writes to the JSONL files to a live dashboard as well:
+
+* ``tensorboard``: event files in ``<output_dir>/tensorboard`` through
+  ``torch.utils.tensorboard`` (the ``tensorboard`` extra: ``pip install -e ".[tensorboard]"``,
+  in ``.[dev]`` and ``.[course]`` too); open them with ``tensorboard --logdir runs`` or, in
+  JupyterLab, ``%load_ext tensorboard`` and ``%tensorboard --logdir runs`` (notebook 04);
+* ``wandb`` and ``trackio``: their ``init`` / ``log`` / ``finish``, when installed.
+
+What is sent (step = trainer updates, as in ``metrics.jsonl``):
+
+* ``train/*`` and ``time/*``, per update: every number of the update's ``metrics.jsonl`` row
+  (loss and the loss's terms such as ``kl``, ``log_z``, ``beta``; ``reward_mean``,
+  ``staleness_mean``/``_max``, ``lr``, ``grad_norm``, ``buffer_size``; the ``*_seconds`` under
+  ``time/``);
+* ``throughput/*``, every :data:`RATE_SECONDS`: updates and samples per minute, and the
+  fraction of the window the trainer spent updating or scoring (``trainer_busy``);
+* ``searcher/<what>/s<id>``, per generation batch received: ``gen_seconds``,
+  ``score_seconds``, ``sync_seconds`` and ``version_lag`` (trainer step minus the batch's
+  weight version);
+* ``eval/<metric>``, at each held-out evaluation;
+* ``config``, once per process, as text.
+
+A resumed run continues the same curves: TensorBoard's writer purges every event at or after
+the checkpoint's step + 1 (``purge_step``: the rows the resume does again), as ``metrics.jsonl``
+drops those rows; W&B and trackio resume the run of the same name and ignore steps they have.
+
+The console: in a terminal or a notebook, a tqdm bar over the run's budget (``max_steps``
+updates when set, else the ``max_minutes`` budget in seconds) with updates/min, staleness and the
+last held-out metric; anywhere else (a pipe, ``nohup``, a CI log) one plain status line every
+``status_every_seconds`` instead, since tqdm's carriage-return frames would pile up into one line.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+from tba_lab.config import ConfigError
+
+RATE_SECONDS = 5.0  # the window of the throughput/* rates
+INTEGRATIONS = {  # report_to name -> (module that must import, how to install it)
+    "tensorboard": ("tensorboard", 'pip install -e ".[tensorboard]" (or pip install tensorboard)'),
+    "wandb": ("wandb", "pip install wandb"),
+    "trackio": ("trackio", "pip install trackio"),
+}  # the keys are config.REPORT_TO
+
+
+def check_report_to(names: list[str]) -> None:
+    """Refuse a ``report_to`` entry whose package is missing, before anything starts (the
+    names themselves are checked by :func:`tba_lab.config.validate`).
+
+    Raises:
+        tba_lab.config.ConfigError: naming the entry and the fix (the install command).
+    """
+    for name in names:
+        module, install = INTEGRATIONS[name]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"report_to: {name!r} needs the {module!r} package, which is not "
+                              f"installed; fix: {install}, or remove {name!r} from report_to")
+
+
+class TensorBoardReporter:
+    """Scalars and text into ``log_dir`` with ``torch.utils.tensorboard.SummaryWriter``.
+
+    Args:
+        log_dir: the event files' folder (``<output_dir>/tensorboard``).
+        purge_step: a resumed run's first new update (checkpoint step + 1): TensorBoard hides
+            every event of this folder at or after it (they are done again); None: a new run.
+    """
+
+    def __init__(self, log_dir: Path, purge_step: int | None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(log_dir), purge_step=purge_step, flush_secs=10)
+
+    def scalars(self, values: dict, step: int) -> None:
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        self.writer.add_text(tag, text, step)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class TrackerReporter:
+    """W&B or trackio through the module-level API they share: ``init(project=, name=, config=,
+    resume="allow")``, ``log(values, step=)``, ``finish()``. The run's name is its output folder's,
+    so a resume continues the same run; W&B's files go under ``<output_dir>/wandb``."""
+
+    def __init__(self, name: str, out: Path, config: dict):
+        import importlib
+
+        self.module = importlib.import_module(name)
+        extra = {"dir": str(out), "id": _safe_id(out)} if name == "wandb" else {}
+        self.module.init(project="tba-lab", name=out.name, config=config, resume="allow", **extra)
+
+    def scalars(self, values: dict, step: int) -> None:
+        self.module.log(values, step=step)
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        pass  # the config went in with init
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.module.finish()
+
+
+def _safe_id(out: Path) -> str:
+    """A W&B run id for the output folder (letters, digits, ``-`` and ``_``)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_-]", "-", str(out.resolve()).strip("/"))[-120:]
+
+
+def make_reporters(cfg, out: Path, first_step: int, resumed: bool) -> list:
+    """The reporters ``cfg.report_to`` names, each sent the config once (as YAML text)."""
+    import yaml
+
+    reporters = []
+    for name in cfg.report_to:
+        if name == "tensorboard":
+            reporters.append(TensorBoardReporter(out / "tensorboard",
+                                                 first_step + 1 if resumed else None))
+        else:
+            reporters.append(TrackerReporter(name, out, cfg.to_dict()))
+    text = "```yaml\n" + yaml.safe_dump(cfg.to_dict(), sort_keys=False) + "```"
+    for r in reporters:
+        r.text("config", text, first_step)
+    return reporters
+
+
+def read_tensorboard(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """``{tag: [(step, value), ...]}`` of a run's ``tensorboard/`` folder, read with TensorBoard's
+    own reader (``event_accumulator``): every scalar kept, the events a resume purged left out,
+    values as stored (float32).
+
+    Raises:
+        ModuleNotFoundError: tensorboard is not installed (``pip install -e ".[tensorboard]"``).
+    """
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    acc = ea.EventAccumulator(str(Path(run_dir) / "tensorboard"), size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def update_scalars(row: dict) -> dict:
+    """The numbers of one ``metrics.jsonl`` row as tags: ``time/<key>`` for the ``*_seconds``,
+    ``train/<key>`` for the rest (``step`` and ``wall_seconds`` are the axes, not values)."""
+    return {(f"time/{k}" if k.endswith("_seconds") else f"train/{k}"): float(v)
+            for k, v in row.items() if k not in ("step", "wall_seconds")
+            and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+# -------------------------------------------------------------------------------- console
+def interactive() -> bool:
+    """Whether a live bar can be drawn: stderr is a terminal, or this is a Jupyter kernel
+    (the test tqdm's own notebook detection uses)."""
+    if sys.stderr.isatty():
+        return True
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class Console:
+    """What a person watching sees: a budget-aware bar, plain status lines, or nothing.
+
+    Args:
+        cfg: the run's config (``max_steps``, ``max_minutes``, ``status_every_seconds``).
+        show: False (``--no-progress``): nothing but warnings.
+        first_step: the update the run starts from (a resume's checkpoint step).
+        bar: a live bar (True) or status lines (False); None: :func:`interactive` decides.
+    """
+
+    def __init__(self, cfg, show: bool, first_step: int, bar: bool | None = None):
+        self.cfg, self.show, self.first_step = cfg, show, first_step
+        self.use_bar = show and (interactive() if bar is None else bar)
+        self.bar = None
+        self.budget = 60.0 * cfg.max_minutes  # seconds
+        self.steps = cfg.training.max_steps or None
+        self.next_status = float("inf")
+        self.held_out = ""  # "accuracy 0.412 @ 120"
+
+    def start(self, elapsed: float) -> None:
+        """The training clock started ``elapsed`` seconds ago (a resume's used seconds)."""
+        if self.use_bar:
+            from tqdm.auto import tqdm
+
+            desc = f"{self.cfg.algo}/{self.cfg.async_.mode}"
+            if self.steps:
+                self.bar = tqdm(total=self.steps, initial=self.first_step, unit="step", desc=desc)
+            else:
+                self.bar = tqdm(total=round(self.budget), initial=round(elapsed), unit="s",
+                                desc=desc, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
+                                "{n:.0f}/{total_fmt} s [{elapsed}<{remaining}{postfix}]")
+        elif self.show:
+            self.next_status = time.time() + self.cfg.status_every_seconds
+
+    def update(self, step: int, elapsed: float, stats: dict) -> None:
+        """After update ``step``; ``stats``: ``updates_per_minute``, ``staleness_mean``,
+        ``staleness_max``, ``reward_mean`` (any may be missing)."""
+        if self.bar is not None:
+            if self.steps:
+                self.bar.update(step - self.bar.n)
+            else:
+                self.bar.update(min(elapsed, self.budget) - self.bar.n)
+            post = {"upd/min": _fmt(stats.get("updates_per_minute"), ".0f"),
+                    "stale": _fmt(stats.get("staleness_mean"), ".1f")}
+            if self.held_out:
+                post["held-out"] = self.held_out
+            self.bar.set_postfix(post, refresh=False)
+        elif time.time() >= self.next_status:
+            self.next_status = time.time() + self.cfg.status_every_seconds
+            print(self.status_line(step, elapsed, stats), flush=True)
+
+    def status_line(self, step: int, elapsed: float, stats: dict) -> str:
+        """One plain line: ``[ 120/540 s] step 311 | 156 upd/min | 1,240 samples/min | stale
+        0.9 (max 3) | reward 0.41 | held-out accuracy 0.412 @ 280``."""
+        steps = f"/{self.steps}" if self.steps else ""
+        parts = [f"[{elapsed:4.0f}/{self.budget:.0f} s] step {step}{steps}",
+                 f"{_fmt(stats.get('updates_per_minute'), '.0f')} upd/min",
+                 f"{_fmt(stats.get('samples_per_minute'), ',.0f')} samples/min",
+                 f"stale {_fmt(stats.get('staleness_mean'), '.1f')} "
+                 f"(max {_fmt(stats.get('staleness_max'), '.0f')})",
+                 f"reward {_fmt(stats.get('reward_mean'), '.2f')}"]
+        if self.held_out:
+            parts.append(f"held-out {self.held_out}")
+        return " | ".join(parts)
+
+    def evaluated(self, step: int, metric: str, value: float) -> None:
+        """A held-out evaluation at ``step``: its headline ``metric`` (``accuracy``, or the
+        task's first metric) is shown from now on."""
+        self.held_out = f"{metric} {value:.3f} @ {step}"
+
+    def write(self, msg: str) -> None:
+        """A line above the bar (or plainly printed)."""
+        if self.bar is not None:
+            self.bar.write(msg)
+        else:
+            print(msg, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        self.next_status = float("inf")
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
