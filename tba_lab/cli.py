@@ -81,7 +81,7 @@ def _train(args) -> int:
                 "report_to": (None, "report_to")}.items():
             value = getattr(args, flag)
             if flag == "report_to" and value is not None:
-                value = [] if value == ["none"] else value
+                value = [v for v in value if v != "none"]
             if value is not None:
                 setattr(getattr(cfg, section) if section else cfg, name, value)
         validate(cfg)

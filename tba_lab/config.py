@@ -296,8 +296,8 @@ def from_dict(data: dict | None) -> RunConfig:
         elif key in classes:
             sections[key] = _fill(classes[key], value, f"{key}.")
         elif key == "report_to":  # TRL's spellings: a name, a list, "none" or null
-            kwargs[key] = [] if value in (None, "none") else [value] if isinstance(value, str) \
-                else value
+            value = [] if value is None else [value] if isinstance(value, str) else value
+            kwargs[key] = [v for v in value if v != "none"] if isinstance(value, list) else value
         elif key in top:
             kwargs[key] = _typed(value, top[key].default, key)
         else:
@@ -457,7 +457,7 @@ def validate(cfg: RunConfig) -> RunConfig:
                                            f"e.g. [tensorboard]")
     for name in cfg.report_to:  # whether its package is installed: the preflight's check
         check(name in REPORT_TO, f"report_to: {name!r} is not one of {list(REPORT_TO)}; fix: use "
-                                 f"those names, or [] for the JSONL files only")
+                                 f"those names, or none for the JSONL files only")
     m, t, tr = cfg.model, cfg.task, cfg.training
     check(m.temperature > 0, f"model.temperature={m.temperature}: must be > 0 (sampling temperature)")
     check(m.max_new_tokens >= 1, f"model.max_new_tokens={m.max_new_tokens}: must be >= 1")

@@ -195,32 +195,38 @@ class Console:
 
     def start(self, elapsed: float) -> None:
         """The training clock started ``elapsed`` seconds ago (a resume's used seconds)."""
+        if self.show and self.first_step:
+            self.write(f"resumed at update {self.first_step}, {elapsed:.0f} s of the "
+                       f"{self.budget:.0f}-s budget used")
         if self.use_bar:
             from tqdm.auto import tqdm
 
+            # the numbers first and short, so that they fit 80 columns with the bar
             desc = f"{self.cfg.algo}/{self.cfg.async_.mode}"
             if self.steps:
-                self.bar = tqdm(total=self.steps, initial=self.first_step, unit="step", desc=desc)
+                self.bar = tqdm(total=self.steps, initial=self.first_step, desc=desc,
+                                bar_format="{desc} {percentage:3.0f}%|{bar}| {n}/{total} updates"
+                                           "{postfix}")
             else:
-                self.bar = tqdm(total=round(self.budget), initial=round(elapsed), unit="s",
-                                desc=desc, bar_format="{desc}: {percentage:3.0f}%|{bar}| "
-                                "{n:.0f}/{total_fmt} s [{elapsed}<{remaining}{postfix}]")
+                self.bar = tqdm(total=round(self.budget), initial=round(elapsed), desc=desc,
+                                bar_format="{desc} {percentage:3.0f}%|{bar}| {n:.0f}/{total} s"
+                                           "{postfix}")
         elif self.show:
             self.next_status = time.time() + self.cfg.status_every_seconds
 
     def update(self, step: int, elapsed: float, stats: dict) -> None:
-        """After update ``step``; ``stats``: ``updates_per_minute``, ``staleness_mean``,
-        ``staleness_max``, ``reward_mean`` (any may be missing)."""
+        """After update ``step``; ``stats``: ``updates_per_minute``, ``samples_per_minute``,
+        ``staleness_mean`` (of the batch), ``staleness_max`` (of the run so far),
+        ``reward_mean`` (any may be missing)."""
         if self.bar is not None:
             if self.steps:
                 self.bar.update(step - self.bar.n)
             else:
                 self.bar.update(min(elapsed, self.budget) - self.bar.n)
-            post = {"upd/min": _fmt(stats.get("updates_per_minute"), ".0f"),
-                    "stale": _fmt(stats.get("staleness_mean"), ".1f")}
-            if self.held_out:
-                post["held-out"] = self.held_out
-            self.bar.set_postfix(post, refresh=False)
+            post = [f"{_fmt(stats.get('updates_per_minute'), '.0f')} upd/min",
+                    f"stale {_fmt(stats.get('staleness_mean'), '.1f')}"]
+            self.bar.set_postfix_str(", ".join(post + ([self.held_out] if self.held_out else [])),
+                                     refresh=False)
         elif time.time() >= self.next_status:
             self.next_status = time.time() + self.cfg.status_every_seconds
             print(self.status_line(step, elapsed, stats), flush=True)

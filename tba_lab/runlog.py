@@ -159,6 +159,10 @@ class RunLog:
         self.reference_seconds = 0.0  # the trainer's reference pass since the last update
         self.next_eval = float("inf")
         self.console = Console(cfg, progress, self.first_step)
+        kept = read_jsonl_rows(self.out / "eval.jsonl") if resume is not None else []
+        if kept:  # a resumed run shows its last held-out metric until it evaluates again
+            key = eval_metric(kept[-1])
+            self.console.evaluated(kept[-1]["step"], key, kept[-1][key])
         self.reporters = make_reporters(cfg, self.out, self.first_step, resume is not None)
         self.rates: dict = {}  # throughput/* of the last full window (RATE_SECONDS)
         self.window = (self.t_start, self.first_step, self.samples, 0.0)  # t, step, samples, busy s
@@ -291,7 +295,8 @@ class RunLog:
             self.metrics_f.flush()
             self._report(update_scalars(row), step)
         self._rates(step, now, row["update_seconds"] + row["reference_seconds"])
-        self.console.update(step, now - self.t_start, {**self.rates, **row})
+        self.console.update(step, now - self.t_start,
+                            {**self.rates, **row, "staleness_max": self.stale_max})
 
     def _rates(self, step: int, now: float, busy: float) -> None:
         """Updates and samples per minute and the trainer's busy fraction over the last

@@ -125,6 +125,7 @@ def test_report_to_names_are_checked_and_spelled_as_trl():
     assert set(INTEGRATIONS) == set(REPORT_TO)
     assert from_dict({"report_to": "tensorboard"}).report_to == ["tensorboard"]
     assert from_dict({"report_to": "none"}).report_to == []
+    assert from_dict({"report_to": ["none", "tensorboard"]}).report_to == ["tensorboard"]
     assert from_dict({}).report_to == []
     with pytest.raises(ConfigError, match=r"report_to: 'tensorbord' is not one of"):
         from_dict({"report_to": ["tensorbord"]})
