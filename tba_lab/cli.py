@@ -52,7 +52,7 @@ def _with_task(data: dict, task: str, keep_model: bool) -> dict:
 
 
 def _train(args) -> int:
-    from tba_lab.config import ConfigError, from_dict, read_yaml_data, validate
+    from tba_lab.config import ConfigError, from_dict, read_yaml_data, report_to_names, validate
     from tba_lab.preflight import preflight
     from tba_lab.trainer import train
 
@@ -81,7 +81,7 @@ def _train(args) -> int:
                 "report_to": (None, "report_to")}.items():
             value = getattr(args, flag)
             if flag == "report_to" and value is not None:
-                value = [v for v in value if v != "none"]
+                value = report_to_names(value)
             if value is not None:
                 setattr(getattr(cfg, section) if section else cfg, name, value)
         validate(cfg)

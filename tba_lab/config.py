@@ -242,6 +242,13 @@ def _typed(value, default, name: str, hint: str = ""):
 
 REPORT_TO = ("tensorboard", "wandb", "trackio")  # report_to's names (tba_lab.reporting)
 
+
+def report_to_names(value):
+    """``report_to`` in TRL's spellings (a name, a list of names, ``"none"`` or None) as a list
+    without ``"none"``; anything else is returned as given, for :func:`validate` to refuse."""
+    value = [] if value is None else [value] if isinstance(value, str) else value
+    return [v for v in value if v != "none"] if isinstance(value, list) else value
+
 # Options that were removed, with the value that behaves as the kit does now: a saved config
 # (a run folder to resume) that holds that value loads; any other value is refused by name.
 _REMOVED = {"buffer.recency_fallback": "newest", "async.wait_for_room": True}
@@ -295,9 +302,8 @@ def from_dict(data: dict | None) -> RunConfig:
             kwargs[key] = _fill(_CORE_SECTIONS[key], value, f"{shown}.")
         elif key in classes:
             sections[key] = _fill(classes[key], value, f"{key}.")
-        elif key == "report_to":  # TRL's spellings: a name, a list, "none" or null
-            value = [] if value is None else [value] if isinstance(value, str) else value
-            kwargs[key] = [v for v in value if v != "none"] if isinstance(value, list) else value
+        elif key == "report_to":
+            kwargs[key] = report_to_names(value)
         elif key in top:
             kwargs[key] = _typed(value, top[key].default, key)
         else:

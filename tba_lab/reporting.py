@@ -127,14 +127,13 @@ def make_reporters(cfg, out: Path, first_step: int, resumed: bool) -> list:
     """The reporters ``cfg.report_to`` names, each sent the config once (as YAML text)."""
     import yaml
 
-    reporters = []
-    for name in cfg.report_to:
-        if name == "tensorboard":
-            reporters.append(TensorBoardReporter(out / "tensorboard",
-                                                 first_step + 1 if resumed else None))
-        else:
-            reporters.append(TrackerReporter(name, out, cfg.to_dict()))
-    text = "```yaml\n" + yaml.safe_dump(cfg.to_dict(), sort_keys=False) + "```"
+    if not cfg.report_to:
+        return []
+    config = cfg.to_dict()
+    reporters = [TensorBoardReporter(out / "tensorboard", first_step + 1 if resumed else None)
+                 if name == "tensorboard" else TrackerReporter(name, out, config)
+                 for name in cfg.report_to]
+    text = "```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```"
     for r in reporters:
         r.text("config", text, first_step)
     return reporters

@@ -138,7 +138,7 @@ class RunLog:
         self.searcher_reward = None   # mean reward of the newest generated rollouts
         self.nonfinite = 0            # rewards dropped because they were NaN or infinite
         self.elapsed_saved = 0.0      # training seconds before this (resumed) process
-        mode, self.first_step = "w", 0
+        mode, self.first_step, evals = "w", 0, []
         if resume is not None:
             self.first_step = resume["step"]
             for k in self._COUNTERS:
@@ -148,7 +148,7 @@ class RunLog:
             self.summary.pop("error", None)  # the error that stopped the previous process
             _keep_rows(self.out / "metrics.jsonl", "step", resume["step"])
             _keep_rows(self.out / "searchers.jsonl", "trainer_step", resume["step"])
-            _keep_rows(self.out / "eval.jsonl", "step", resume["step"])
+            evals = _keep_rows(self.out / "eval.jsonl", "step", resume["step"])
             mode = "a"
         self.metrics_f = open(self.out / "metrics.jsonl", mode)
         self.searchers_f = open(self.out / "searchers.jsonl", mode)
@@ -159,10 +159,9 @@ class RunLog:
         self.reference_seconds = 0.0  # the trainer's reference pass since the last update
         self.next_eval = float("inf")
         self.console = Console(cfg, progress, self.first_step)
-        kept = read_jsonl_rows(self.out / "eval.jsonl") if resume is not None else []
-        if kept:  # a resumed run shows its last held-out metric until it evaluates again
-            key = eval_metric(kept[-1])
-            self.console.evaluated(kept[-1]["step"], key, kept[-1][key])
+        if evals:  # a resumed run shows its last held-out metric until it evaluates again
+            key = eval_metric(evals[-1])
+            self.console.evaluated(evals[-1]["step"], key, evals[-1][key])
         self.reporters = make_reporters(cfg, self.out, self.first_step, resume is not None)
         self.rates: dict = {}  # throughput/* of the last full window (RATE_SECONDS)
         self.window = (self.t_start, self.first_step, self.samples, 0.0)  # t, step, samples, busy s
@@ -377,13 +376,15 @@ class RunLog:
         return self.summary
 
 
-def _keep_rows(path: Path, key: str, last_step: int) -> None:
+def _keep_rows(path: Path, key: str, last_step: int) -> list[dict]:
     """Rewrite the JSONL file ``path`` keeping rows whose ``key`` is at most ``last_step`` (a
-    torn last line from a killed process is dropped too); atomic (temporary file, rename)."""
+    torn last line from a killed process is dropped too); atomic (temporary file, rename).
+    Returns the rows kept."""
     rows = [r for r in read_jsonl_rows(path) if r.get(key, 0) <= last_step]
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     tmp.replace(path)
+    return rows
 
 
 def split_evals(evals: list[dict], summary: dict | None = None) -> tuple[list, list, list]:

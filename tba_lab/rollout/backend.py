@@ -99,7 +99,8 @@ def cut_tokens_at_stop(tokens: list[int], tokenizer, stops: Iterable[str]) -> li
     stop strings) in their decoded text (``skip_special_tokens=True``); all of ``tokens`` when
     none occurs. The stop string's tokens are kept, as an EOS is: the sampler drew them and
     stopped there, so they belong to the response's log-prob; what follows is not the response.
-    The shortest such prefix is found by bisection (about log2(len) decodes).
+    Two decodes when the stop string ends at the last token (a sampler that stopped there),
+    else the shortest such prefix is found by bisection (about log2(len) decodes).
     """
     stops = [s for s in stops if s]
     if not stops or not tokens:
@@ -109,9 +110,9 @@ def cut_tokens_at_stop(tokens: list[int], tokenizer, stops: Iterable[str]) -> li
         text = tokenizer.decode(tokens[:k], skip_special_tokens=True)
         return any(s in text for s in stops)
 
-    if not has_stop(len(tokens)):
-        return tokens
-    lo, hi = 1, len(tokens)  # the shortest prefix holding a stop string has lo tokens
+    if not has_stop(len(tokens)) or not has_stop(len(tokens) - 1):
+        return tokens  # no stop string, or it ends at the last token (a sampler that stopped)
+    lo, hi = 1, len(tokens) - 1  # the shortest prefix holding a stop string has lo tokens
     while lo < hi:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if has_stop(mid) else (mid + 1, hi)
