@@ -66,6 +66,11 @@ def check_report_to(names: list[str]) -> None:
 class TensorBoardReporter:
     """Scalars and text into ``log_dir`` with ``torch.utils.tensorboard.SummaryWriter``.
 
+    Every reporter has the same four methods: ``scalars(values, step)`` (``{tag: float}`` at
+    trainer update ``step``, an int), ``text(tag, text, step)``, ``flush()`` (written to disk
+    when it returns) and ``close()``. TensorBoard stores the values as float32; events are
+    flushed every 10 s, at each :meth:`flush` and at :meth:`close`.
+
     Args:
         log_dir: the event files' folder (``<output_dir>/tensorboard``).
         purge_step: a resumed run's first new update (checkpoint step + 1): TensorBoard hides
@@ -97,6 +102,9 @@ class TrackerReporter:
     so a resume continues the same run; W&B's files go under ``<output_dir>/wandb``."""
 
     def __init__(self, name: str, out: Path, config: dict):
+        """``name``: ``"wandb"`` or ``"trackio"``; ``out``: the run's output folder; ``config``:
+        ``RunConfig.to_dict()``. Raises ImportError when the package is missing (the preflight
+        refuses such a run first: :func:`check_report_to`)."""
         import importlib
 
         self.module = importlib.import_module(name)
@@ -124,7 +132,15 @@ def _safe_id(out: Path) -> str:
 
 
 def make_reporters(cfg, out: Path, first_step: int, resumed: bool) -> list:
-    """The reporters ``cfg.report_to`` names, each sent the config once (as YAML text)."""
+    """The reporters ``cfg.report_to`` names, each sent the config once (as YAML text, at
+    ``first_step``); [] when it names none.
+
+    Args:
+        cfg: the run's config; out: its output folder; first_step: the update it starts from;
+        resumed: a resume (TensorBoard then purges the events from ``first_step + 1`` on).
+    Raises:
+        ImportError: a named package is missing (the preflight refuses such a run first).
+    """
     import yaml
 
     if not cfg.report_to:
