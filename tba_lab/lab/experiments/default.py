@@ -1,10 +1,12 @@
 """Benchmark ``default``: the default ``tba-lab train`` over seeds, optionally side by side with
-another commit.
+another commit or with ``python -m tba_lab.minimal`` (preset ``minimal``).
 
 Claim: what a user gets from ``make demo`` (async TBA, one searcher, the 9-minute budget):
 the held-out gain and the trainer's update rate quoted in the README; and, with ``other`` set
 (``--set other=COMMIT``), whether a change moved the gain or the rate, measured against the
 commit before it on the same machine at the same time (the log's "rate unchanged" claims).
+Preset ``minimal`` (``--set minimal=true``, 3 minutes): whether the one-file TBA of
+:mod:`tba_lab.minimal` gains as much as ``tba-lab train`` in the same budget, seed by seed.
 
 Each run is ``python -m tba_lab train --seed S --task TASK --no-progress`` in a fresh process,
 every other setting at its default (``minutes`` and ``eval_size``, when set, and ``--config``
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -30,7 +33,9 @@ NAME = "default"
 TITLE = "The default run: `tba-lab train` over seeds"
 CLAIM = ("The kit's default (async TBA with one searcher, 9 minutes) raises held-out accuracy "
          "on the embedded task at the update rate the README quotes; with another commit side by "
-         "side, a change leaves that rate where it was or says how far it moved.")
+         "side, a change leaves that rate where it was or says how far it moved; preset `minimal`: "
+         "the one-file `python -m tba_lab.minimal` gains within 3 points of `tba-lab train` in "
+         "the same 3 minutes.")
 DEPARTURES = [
     "Not a claim of the paper: the kit's own default run on its tiny model and synthetic task, "
     "timed on this machine's CPU cores.",
@@ -38,15 +43,19 @@ DEPARTURES = [
 HERE = Path(__file__).resolve().parents[3]  # this checkout: the package's repository
 
 
-def settings(smoke: bool) -> dict:
-    """``task``; ``other``: a folder or commit to run side by side ("" = none); ``minutes`` and
-    ``eval_size``: None keeps the config's (9 minutes, 500 problems); ``report_to``: this
-    checkout's runs only (``report_to=tensorboard``: does live logging cost updates?), the
-    ``other`` one's keep the default, since it may predate the option. SMOKE: tiny runs."""
+def settings(smoke: bool, minimal: bool = False) -> dict:
+    """``task``; ``other``: a folder or commit to run side by side ("" = none); ``minimal``:
+    also run ``python -m tba_lab.minimal`` (arithmetic only) with the same budget, seed and
+    held-out size; ``minutes`` and ``eval_size``: None keeps the config's (9 minutes, 500
+    problems; preset ``minimal``: 3 minutes); ``report_to``: this checkout's runs only
+    (``report_to=tensorboard``: does live logging cost updates?), the ``other`` one's keep the
+    default, since it may predate the option. SMOKE: tiny runs."""
     if smoke:
-        return {"task": "arithmetic", "other": "", "minutes": 0.2, "eval_size": 20,
-                "prompts": 8, "generations": 4, "initial_fill": 32, "report_to": []}
-    return {"task": "arithmetic", "other": "", "minutes": None, "eval_size": None, "report_to": []}
+        return {"task": "arithmetic", "other": "", "minimal": minimal, "minutes": 0.2,
+                "eval_size": 20, "prompts": 8, "generations": 4, "initial_fill": 32,
+                "report_to": []}
+    return {"task": "arithmetic", "other": "", "minimal": minimal,
+            "minutes": 3.0 if minimal else None, "eval_size": None, "report_to": []}
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:
@@ -61,7 +70,8 @@ def variants(s: dict) -> list[tuple[str, dict]]:
         over["training"] = {"num_prompts_per_step": s["prompts"], "num_generations": s["generations"]}
         over["buffer"] = {"initial_fill": s["initial_fill"]}
     this = {**over, "report_to": list(s["report_to"])} if s.get("report_to") else over
-    return ([("other", over)] if s["other"] else []) + [("this", this)]
+    return (([("other", over)] if s["other"] else []) + [("this", this)]
+            + ([("minimal", {})] if s.get("minimal") else []))
 
 
 def estimate_seconds(s: dict, n_seeds: int, smoke: bool) -> float:
@@ -101,6 +111,8 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
     from tba_lab.runlog import read_jsonl_rows
 
     run_dir = Path(run_dir).resolve()  # the process's working directory is its checkout
+    if variant == "minimal":
+        return run_minimal(run_dir, seed, s), []
     cmd = [sys.executable, "-m", "tba_lab", "train", "--seed", str(seed), "--output-dir",
            str(run_dir), "--no-progress", "--task", s["task"]]
     if overrides:
@@ -112,6 +124,42 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
         subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(code)}, cwd=code, check=True,
                        stdout=subprocess.DEVNULL)
     return json.loads((run_dir / "summary.json").read_text()), read_jsonl_rows(run_dir / "eval.jsonl")
+
+
+MINIMAL_LINE = re.compile(r"held-out accuracy (?P<before>[\d.]+)% -> (?P<after>[\d.]+)% in "
+                          r"(?P<steps>\d+) updates, (?P<seconds>\d+) s \((?P<samples>\d+) samples, "
+                          r"staleness mean (?P<staleness>[\d.]+)\)")
+
+
+def run_minimal(run_dir: Path, seed: int, s: dict) -> dict:
+    """One ``python -m tba_lab.minimal`` process with the run's budget, seed and held-out size
+    (500 when ``eval_size`` is None); its output goes to ``run_dir/output.txt``, and the
+    summary read from its last line (:data:`MINIMAL_LINE`) to ``run_dir/summary.json``.
+
+    Raises:
+        subprocess.CalledProcessError: the run failed; ValueError: ``task`` is not arithmetic
+        (minimal.py trains on the arithmetic task only), or the last line cannot be read."""
+    import json
+
+    if s["task"] != "arithmetic":
+        raise ValueError(f"task={s['task']!r}: tba_lab.minimal trains on arithmetic only")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "tba_lab.minimal", "--seed", str(seed),
+           "--minutes", str(s["minutes"] or 3.0), "--eval-size", str(s["eval_size"] or 500)]
+    done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(HERE)}, cwd=HERE, check=True,
+                          capture_output=True, text=True)
+    (run_dir / "output.txt").write_text(done.stdout + done.stderr)
+    m = MINIMAL_LINE.search(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
+    if m is None:
+        raise ValueError(f"tba_lab.minimal's last line is not a summary (see {run_dir / 'output.txt'})")
+    steps, seconds = int(m["steps"]), float(m["seconds"])
+    summary = {"held_out_metrics": ["accuracy"], "accuracy_before": float(m["before"]) / 100,
+               "accuracy_after": float(m["after"]) / 100, "trainer_steps": steps,
+               "updates_per_minute": 60 * steps / seconds if seconds else None,
+               "samples_generated": int(m["samples"]), "staleness_mean": float(m["staleness"]),
+               "staleness_max": None, "wall_seconds": seconds}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
@@ -151,6 +199,12 @@ def analyse(runs: list[dict], s: dict) -> dict:
     if "other" in labels and "this" in labels:
         out["separated"] = {k: separated(labels["this"][k], labels["other"][k])
                             for k in ("updates_per_minute", "gain")}
+    if "minimal" in labels and "this" in labels:  # gain of minimal.py minus train's, per seed
+        gain = {(r["variant"], r["seed"]): r["after"].get(head) - r["before"][head] for r in runs
+                if r["after"].get(head) is not None}
+        out["minimal_gap"] = {seed: gain[("minimal", seed)] - gain[("this", seed)]
+                              for seed in labels["minimal"]["seeds"]
+                              if ("minimal", seed) in gain and ("this", seed) in gain}
     return out
 
 
@@ -173,6 +227,13 @@ def readings(a: dict) -> list[str]:
             out.append(f"Against `{a['other']}`, this checkout "
                        f"{change(other[key]['mean'], this[key]['mean'], fmt, what)} "
                        f"({fmt(other[key]['mean'])} -> {fmt(this[key]['mean'])}): {verdict}.")
+    if a.get("minimal_gap"):
+        gaps = a["minimal_gap"]
+        mean = sum(gaps.values()) / len(gaps)
+        out.append(f"`minimal` (python -m tba_lab.minimal) minus `this` (tba-lab train), gain in "
+                   f"{head} per seed: " + ", ".join(f"seed {k} {points(v)}" for k, v in gaps.items())
+                   + f"; mean {points(mean)} points, "
+                   + ("within" if abs(mean) <= 0.03 else "outside") + " 3 points.")
     return out
 
 
