@@ -364,13 +364,13 @@ def train(s: Settings) -> dict:
     weights.publish(policy, 0)
     searchers = [ctx.Process(target=searcher_main, args=(i, s, weights, rows_in, room, stop),
                              daemon=True) for i in range(s.num_searchers)]
-    for p in searchers:
-        p.start()
-    acc_before = evaluate(policy, tokenizer, task, held_out, s.max_new_tokens)
-    print(f"held-out accuracy before: {100 * acc_before:.1f}%", flush=True)
-    step, generated, staleness, last_print = 0, 0, [], time.time()
-    t0 = time.time()
     try:
+        for p in searchers:
+            p.start()                          # they load their models while we evaluate
+        acc_before = evaluate(policy, tokenizer, task, held_out, s.max_new_tokens)
+        print(f"held-out accuracy before: {100 * acc_before:.1f}%", flush=True)
+        step, generated, staleness, last_print = 0, 0, [], time.time()
+        t0 = time.time()
         while time.time() - t0 < 60 * s.minutes:
             try:                                                     # drain what arrived
                 while True:
@@ -404,7 +404,8 @@ def train(s: Settings) -> dict:
     finally:
         stop.set()
         for p in searchers:
-            p.join(timeout=30)
+            if p.pid is not None:              # started
+                p.join(timeout=30)
             if p.is_alive():
                 p.terminate()
                 p.join()

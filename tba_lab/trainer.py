@@ -7,6 +7,14 @@ What it does (Bartoldson et al., "Trajectory Balance with Asynchrony", arXiv 250
              baseline), 3. one optimizer update, 4. every k updates publish weights to the
              searchers, 5. now and then the held-out metrics.
 
+The same loop without anything else is :mod:`tba_lab.minimal` (one file, about 450 lines):
+read it first. What this module and its imports add to it: resume from a checkpoint
+(:mod:`tba_lab.checkpoint`); failure handling (searchers restarted or retired, non-finite rows
+and updates dropped or skipped, Ctrl-C and SIGTERM saving everything); placement of threads,
+devices and the reference pass (:mod:`tba_lab.actors.placement`); CUDA IPC and Ray launchers;
+logging, dashboards and interim evaluations (:mod:`tba_lab.runlog`); the baselines' losses
+(:mod:`tba_lab.algorithms`); other tasks and generation backends (vLLM).
+
 Entry points: :func:`train` (one run from a :class:`~tba_lab.config.RunConfig`) and
 :class:`Feed` (draining the searchers, the reference pass, restarting failed searchers). The
 loss comes from :mod:`tba_lab.algorithms` (TB with the VarGrad log Z, Eq. 3-5, rewards stored
