@@ -508,11 +508,18 @@ def test_full_settings_and_the_seed_major_plan():
 
 
 # ------------------------------------------------------------------------- the real thing
+def test_experiment_all_smoke_runs_the_real_trainer(tmp_path):
+    """`tba-lab experiment all --smoke` for real (about 2 minutes on 2 cores): the four
+    experiments, seed 0, through the real trainer (:func:`assert_smoke_outputs`)."""
+    from tba_lab.lab.experiments import run_all
+
+    run_all(smoke=True, output_dir=tmp_path, log=None)
+    assert_smoke_outputs(tmp_path)
+
+
 def assert_smoke_outputs(root):
     """What a SMOKE run of all four experiments (seed 0) leaves under ``root``: a report with
-    its figure, cores and seeds, every planned variant's run with evaluations, and readings.
-    The real runs are those of notebook 07 in ``tests/test_course.py``'s reproduce test (the
-    same ``run_experiment`` calls that ``tba-lab experiment all --smoke`` makes, run once)."""
+    its figure, cores and seeds, every planned variant's run with evaluations, and readings."""
     figure = {"off_policy": "off_policy.png", "buffer": "buffer.png", "beta": "beta.png",
               "scaling": "scaling.png"}
     for name, mod in EXPERIMENTS.items():

@@ -4,7 +4,7 @@ The core (``config``, ``registry``, ``paths``, ``losses``, ``algorithms``, ``buf
 ``rollout``, ``actors``, ``tasks``, ``trainer``, ``runlog``, ``eval``, ``models``) never imports
 from here; only the command line does (``tba-lab reproduce``, ``tba-lab experiment``).
 
-* :mod:`tba_lab.lab.course` -- the exercises of notebooks 01-07 (stubs, worked solutions,
+* :mod:`tba_lab.lab.course` -- the exercises of notebooks 01-10 (stubs, worked solutions,
   the checker) and the exact-pi* toy of notebook 02.
 * :mod:`tba_lab.lab.timeline` -- who was busy when, from a run's logs (notebook 04).
 * :mod:`tba_lab.lab.simulate` -- an event simulator of the searcher / trainer timeline
@@ -18,5 +18,5 @@ from here; only the command line does (``tba-lab reproduce``, ``tba-lab experime
 * :mod:`tba_lab.lab.live` -- a training run in a background thread with live redraws.
 * :mod:`tba_lab.lab.reproduce` -- every notebook run headless with papermill (``tba-lab reproduce``).
 * :mod:`tba_lab.lab.experiments` -- the paper's claims over seeds, with reports
-  (``tba-lab experiment NAME``, notebook 07).
+  (``tba-lab experiment NAME``; notebook 07 reads their recorded results).
 """

@@ -41,11 +41,11 @@ from tba_lab.lab.runs import (  # noqa: F401  (re-exported: notebook 06, tests)
     STOPPED_FILE, _stopped_early, _mark_stopped, _was_stopped, _algo_section, _natural,
     list_runs, compare_runs, export_config, next_run_dir, _fmt_cell, _TABLE_COLUMNS,
     runs_table_html, comparison_html)
-from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows, split_evals  # noqa: F401  (moving_average: exercise 06)
+from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows, split_evals  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
-# Reading metrics (moving_average, from tba_lab.runlog, is the reference of exercise 06)
+# Reading metrics
 # ----------------------------------------------------------------------------------------------
 
 

@@ -1,10 +1,11 @@
 """The course's exercise machinery (Spinning Up style: a stub the student fills, a checker).
 
 Each notebook has at least two exercises. A student writes a function in a notebook cell and
-calls ``check("01.group_advantages", my_function)``, which runs it on several inputs and
-compares with the package's reference implementation using ``np.allclose``-type checks. It
-prints PASS or FAIL with the first mismatch, and returns True or False (it never raises, so
-the notebook runs on).
+calls ``check("01.group_advantages", my_function)``, which first compares the function's
+parameters with the stub's (a renamed, missing or extra parameter is a FAIL that shows the
+expected signature), then runs it on several inputs and compares with the package's reference
+implementation using ``np.allclose``-type checks. It prints PASS or FAIL with the first
+mismatch, and returns True or False (it never raises, so the notebook runs on).
 
 Where things live:
     tba_lab/lab/course/nbXX.py  exercises of notebook XX: the empty stub, a worked solution
@@ -17,6 +18,7 @@ Where things live:
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -123,6 +125,45 @@ def _describe(args: tuple, kwargs: dict) -> str:
     return ", ".join(parts)
 
 
+_VAR = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+def _signature_problem(fn: Callable, stub: Callable, cases: list) -> str | None:
+    """Why ``fn`` does not have the stub's signature, or None when it does.
+
+    ``fn`` must name the stub's parameters in the stub's order; it may add parameters with a
+    default after them. A function taking ``*args, **kwargs`` (a wrapper) accepts any call and
+    passes. Independently of the names, every case's call must bind to ``fn`` (a parameter the
+    stub gives a default needs one too; a positional-only parameter cannot take a keyword).
+    Callables without a readable signature (some builtins) are not checked.
+    """
+    try:
+        want, got = inspect.signature(stub), inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    kinds = {p.kind for p in got.parameters.values()}
+    if set(_VAR) <= kinds:
+        return None  # *args, **kwargs: takes whatever the cases pass
+    want_names = [p.name for p in want.parameters.values() if p.kind not in _VAR]
+    got_params = [p for p in got.parameters.values() if p.kind not in _VAR]
+    for i, w in enumerate(want_names):
+        if i >= len(got_params):
+            if inspect.Parameter.VAR_POSITIONAL in kinds:
+                break  # the rest arrive in *args
+            return f"parameter {w!r} is missing"
+        if got_params[i].name != w:
+            return f"parameter {i + 1} is {got_params[i].name!r}, expected {w!r}"
+    extra = [p.name for p in got_params[len(want_names):] if p.default is inspect.Parameter.empty]
+    if extra:
+        return f"extra parameter{'s' if len(extra) > 1 else ''} without a default: {', '.join(extra)}"
+    for i, case in enumerate(cases):
+        try:
+            got.bind(*case[0], **case[1])
+        except TypeError as e:
+            return f"case {i} cannot call it: {e}"
+    return None
+
+
 def check(name: str, fn: Callable, verbose: bool = True) -> bool:
     """Run exercise ``name`` on ``fn``; print PASS/FAIL (when ``verbose``) and return the result.
 
@@ -133,7 +174,16 @@ def check(name: str, fn: Callable, verbose: bool = True) -> bool:
         raise KeyError(f"unknown exercise {name!r}; known: {sorted(EXERCISES)}")
     ex = EXERCISES[name]
     say = print if verbose else (lambda *a, **k: None)
-    for i, case in enumerate(ex.cases()):
+    cases = ex.cases()
+    problem = _signature_problem(fn, ex.stub, cases)
+    if problem:
+        shown = getattr(fn, "__name__", "fn")
+        say(f"FAIL {name}: wrong signature: {problem}\n"
+            f"  expected signature: {shown}{inspect.signature(ex.stub)}\n"
+            f"  got:                {shown}{inspect.signature(fn)}\n"
+            f"  (keep the stub's parameter names and defaults; only its body is yours)")
+        return False
+    for i, case in enumerate(cases):
         args, kwargs = case[0], case[1]
         want = ex.reference(*args, **kwargs)
         try:

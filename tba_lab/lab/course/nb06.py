@@ -1,19 +1,31 @@
-"""Exercises of notebook 06 (explorer): the beta schedule, RLOO advantages, reading metrics."""
+"""Exercises of notebook 06 (explorer): the linear beta schedule and RLOO's leave-one-out
+advantages, two knobs of the explorer.
+
+References live in :mod:`tba_lab.losses` (``beta_schedule``, ``rloo_advantages``), which the
+trainer and the RLOO algorithm use.
+"""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from tba_lab.lab.course import Exercise
 from tba_lab.losses import beta_schedule, rloo_advantages
-from tba_lab.lab.widgets import moving_average
 
 
 # ---------------------------------------------------------------- 06.beta_schedule
 def beta_schedule_stub(step, beta_0, beta_final, anneal_steps):
-    """KL coefficient beta at trainer update ``step``: linear from beta_0 (step 0) to
-    beta_final (step anneal_steps), constant afterwards; anneal_steps == 0 means beta_final
-    from the start. Returns a float."""
+    """KL coefficient beta at trainer update ``step`` (the checker's cases test each line).
+
+    Args:
+        step: trainer update count, an int >= 0; it may be past ``anneal_steps``.
+        beta_0: beta at step 0, a float > 0.
+        beta_final: beta from step ``anneal_steps`` on, a float > 0; it may be LARGER than
+            beta_0 (the schedule then rises).
+        anneal_steps: an int >= 0; 0 means beta_final from the start (no division by zero).
+    Returns:
+        a float: beta_0 + min(step / anneal_steps, 1) * (beta_final - beta_0), i.e. linear
+        from beta_0 to exactly beta_final at step == anneal_steps, constant afterwards.
+    """
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -49,13 +61,17 @@ def rloo_advantages_stub(rewards, group_size, kl=None, beta=0.0):
     """Leave-one-out advantages (RLOO) with the KL folded into the reward.
 
     Args:
-        rewards: (N,) float tensor, N = B * K, prompt-major (rows i*K .. i*K+K-1 = prompt i).
-        group_size: K >= 2.
-        kl: (N,) tensor of log pi_behaviour(y|x) - log pi_ref(y|x), or None.
+        rewards: (N,) float32 tensor, N = B * K, prompt-major (rows i*K .. i*K+K-1 = prompt i);
+            0/1 or any real values.
+        group_size: K >= 2 (K = 2 included: the baseline is then the one other response).
+        kl: (N,) float tensor of log pi_behaviour(y|x) - log pi_ref(y|x), or None (no KL term:
+            R = rewards).
         beta: KL coefficient >= 0.
     Returns:
-        (N,) tensor: R_ij - mean of the OTHER K-1 shaped rewards of the same prompt, where
-        R = rewards - beta * kl; a group whose shaped rewards are all equal gets exactly 0.
+        (N,) float32 tensor (the dtype of ``rewards``), same order as the rows:
+        A_ij = R_ij - mean of the OTHER K-1 shaped rewards of the same prompt, where
+        R = rewards - beta * kl. A group whose shaped rewards are all equal (e.g. all 0.35)
+        gets exactly 0, whatever its value; other groups of the same batch are unaffected.
     """
     # YOUR CODE HERE
     raise NotImplementedError
@@ -92,38 +108,4 @@ RLOO_ADVANTAGES = Exercise(
     cases=_rloo_cases)
 
 
-# ---------------------------------------------------------------- 06.moving_average
-def moving_average_stub(values, window):
-    """Trailing moving average of a list of numbers (e.g. reward_mean of metrics.jsonl rows):
-    out[i] = mean(values[max(0, i - window + 1) : i + 1]), same length as values; the first
-    points average over what exists so far. Returns a numpy float array."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
-def moving_average_solution(values, window):
-    out = []
-    for i in range(len(values)):
-        chunk = values[max(0, i - window + 1): i + 1]
-        out.append(sum(chunk) / len(chunk))
-    return np.array(out, dtype=float)
-
-
-def _ma_cases():
-    rng = np.random.default_rng(7)
-    return [
-        (([1.0, 2.0, 3.0, 4.0, 5.0], 2), {}),
-        ((list(rng.random(50)), 10), {}),
-        ((list(rng.random(7)), 1), {}),
-        ((list(rng.random(5)), 20), {}),                    # window longer than the data
-    ]
-
-
-MOVING_AVERAGE = Exercise(
-    name="06.moving_average",
-    description="trailing moving average of a metric over the last `window` updates",
-    stub=moving_average_stub, solution=moving_average_solution, reference=moving_average,
-    cases=_ma_cases)
-
-
-EXERCISES = [BETA_SCHEDULE, RLOO_ADVANTAGES, MOVING_AVERAGE]
+EXERCISES = [BETA_SCHEDULE, RLOO_ADVANTAGES]

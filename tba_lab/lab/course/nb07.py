@@ -1,8 +1,9 @@
-"""Exercises of notebook 07 (the paper's findings in miniature): time to a target accuracy by
-linear interpolation, and the Monte Carlo KL to the reference policy.
+"""Exercises of notebook 07 (experiment design, read against the noise): the Monte Carlo KL to
+the reference policy, which the notebook's sweep over seeds measures, and the time to a target
+accuracy by linear interpolation, which it applies to the recorded scaling runs.
 
-References live in :mod:`tba_lab.lab.experiments` (``common.time_to_target`` and
-``beta.kl_estimate``), which the experiments' reports use.
+References live in :mod:`tba_lab.lab.experiments` (``beta.kl_estimate`` and
+``common.time_to_target``), which the experiments' reports use.
 """
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ def time_to_target_stub(evals, target):
     """Seconds until the held-out accuracy first reaches ``target``.
 
     Args:
-        evals: list of dicts with "wall_seconds" and "accuracy" (the evaluation before
-            training is at 0 s); sort them by time first.
+        evals: non-empty list of dicts with "wall_seconds" and "accuracy" (the evaluation
+            before training is at 0 s). The rows may come in any order: sort them by time first.
         target: accuracy to reach, a fraction (0.40).
     Returns:
-        the first evaluation's time if it already reaches the target; else the time where the
-        straight line between the last evaluation below and the first at or above the target
-        crosses it; None if no evaluation reaches it.
+        a float of seconds, or None:
+        * the earliest evaluation's time if it already reaches the target (>=);
+        * else the time where the straight line between the last evaluation below the target
+          and the FIRST one at or above it crosses the target; an accuracy exactly equal to
+          the target counts as reached, and a later dip below it changes nothing;
+        * None (not 0, not inf) if no evaluation reaches the target.
     """
     # YOUR CODE HERE
     raise NotImplementedError
@@ -79,11 +83,14 @@ def kl_estimate_stub(token_logps, ref_token_logps, mask):
     """Monte Carlo KL(pi || pi_ref) in nats per response, from N responses sampled from pi.
 
     Args:
-        token_logps: (N, R) tensor, log pi of each response token.
-        ref_token_logps: (N, R) tensor, log pi_ref of the same tokens.
-        mask: (N, R) bool tensor, True on response tokens (False on padding).
+        token_logps: (N, R) float tensor, log pi of each response token; N >= 1 (N = 1 too).
+        ref_token_logps: (N, R) float tensor, log pi_ref of the same tokens.
+        mask: (N, R) bool tensor, True on response tokens, False on padding. Responses have
+            different lengths (1 to R tokens); the values at padding positions are arbitrary
+            and must not count.
     Returns:
-        a float: the mean over the N responses of sum over tokens of (log pi - log pi_ref).
+        a Python float: the mean over the N responses (every row counts once, whatever its
+        length) of the sum over its response tokens of (log pi - log pi_ref), in nats.
     """
     # YOUR CODE HERE
     raise NotImplementedError

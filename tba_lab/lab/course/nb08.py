@@ -20,11 +20,13 @@ def bradley_terry_stub(chosen, rejected):
     """Mean Bradley-Terry loss of N preference pairs.
 
     Args:
-        chosen: (N,) float tensor, reward-model scores of the preferred responses.
-        rejected: (N,) float tensor, scores of the other response of each pair.
+        chosen: (N,) float32 tensor, reward-model scores of the preferred responses; N >= 1.
+        rejected: (N,) float32 tensor, scores of the other response of each pair.
     Returns:
-        a 0-dim tensor: the mean over pairs of -log sigmoid(chosen - rejected). Keep it
-        stable for large score gaps (|gap| of 100 must not give inf or nan).
+        a 0-dim float32 tensor (shape (), not (1,) and not a Python float): the mean over
+        pairs of -log sigmoid(chosen - rejected). Equal scores give log 2 per pair. Keep it
+        stable for large score gaps: a gap of +100 gives about 0 and a gap of -100 about 100,
+        never inf or nan.
     """
     # YOUR CODE HERE
     raise NotImplementedError
@@ -57,11 +59,14 @@ def win_rate_stub(policy_scores, reference_scores):
     """The win rate of the policy's summaries against the references under a judge.
 
     Args:
-        policy_scores: list of N floats, the judge's score of the policy's summary of post i.
-        reference_scores: list of N floats, the judge's score of the reference summary of post i.
+        policy_scores: list of N numbers (floats or ints, N >= 1), the judge's score of the
+            policy's summary of post i.
+        reference_scores: list of N numbers, the judge's score of the reference summary of
+            post i (pairs are compared position by position).
     Returns:
-        a float in [0, 1]: the mean over posts of 1 (policy scores higher), 1/2 (equal
-        scores) or 0 (lower).
+        a Python float in [0, 1] (not a tensor or array): the mean over posts of 1 (policy
+        scores higher), 1/2 (exactly equal scores, e.g. 1 and 1.0) or 0 (lower); all ties
+        give exactly 0.5.
     """
     # YOUR CODE HERE
     raise NotImplementedError

@@ -26,13 +26,15 @@ def judge_log_reward_stub(answers, threshold, scale, floor):
 
     Args:
         answers: list of the victim's final answers, numbers (float), or None when the victim
-            wrote no number.
+            wrote no number; answers may lie far from the threshold (-1000 or 1000).
         threshold, scale: the judge's p(undesired) = sigmoid((answer - threshold) / scale).
         floor: the lowest reward (a negative float).
     Returns:
-        list of floats: max(log p, floor); a missing answer has p = 0, so it gets the floor.
-        Careful: for an answer far below the threshold, exp(-z) overflows; use
-        log sigmoid(z) = -log(1 + exp(-z)) for z >= 0 and z - log(1 + exp(z)) for z < 0.
+        a list of floats, one per answer in the same order: max(log p, floor). A missing
+        answer has p = 0, so it gets exactly the floor. At the threshold p = 1/2 (log 1/2);
+        far above it log p is about 0; below it the floor may bind. Careful: for an answer
+        far below the threshold, exp(-z) overflows; use log sigmoid(z) = -log(1 + exp(-z))
+        for z >= 0 and z - log(1 + exp(z)) for z < 0.
     """
     # YOUR CODE HERE
     raise NotImplementedError
@@ -71,9 +73,12 @@ def cosine_diversity_stub(embeddings):
     """Mean pairwise cosine distance of N attack embeddings.
 
     Args:
-        embeddings: (N, D) float tensor, one row per attack (N >= 2).
+        embeddings: (N, D) float32 tensor, one row per attack (N >= 2, D >= 2); rows are not
+            normalised (their lengths differ) and none is zero.
     Returns:
-        a float: the mean over all pairs i < j of 1 - cos(e_i, e_j).
+        a Python float: the mean over all N(N-1)/2 pairs i < j of 1 - cos(e_i, e_j), with
+        cos(a, b) = a.b / (|a| |b|): 1.0 for orthogonal rows, 0.0 for rows pointing the same
+        way (whatever their lengths), small for near-identical rows.
     """
     # YOUR CODE HERE
     raise NotImplementedError
