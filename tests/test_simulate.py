@@ -6,17 +6,47 @@ import math
 import numpy as np
 import pytest
 
-from tba_lab.lab.simulate import (async_throughput, format_table, plan_placement, simulate,
-                              sync_updates_per_minute)
+from tba_lab.lab.simulate import async_throughput, format_table, pipeline, share_cores, simulate
 from tba_lab.lab.widgets import knob_overrides, make_config, merge_overrides, moving_average
 
 
-def test_closed_forms():
-    assert sync_updates_per_minute(0.2, 0.1, 0.3) == pytest.approx(100.0)
+def test_closed_form():
     assert async_throughput(0.2, 0.1, 0.3, 1, 2) == pytest.approx((200.0, 200.0))
     up, bp = async_throughput(0.2, 0.1, 0.3, 2, 2)  # 3 busy on 2 cores: 1.5x slower
     assert (up, bp) == pytest.approx((200.0 / 1.5, 400.0 / 1.5))
     assert async_throughput(0.2, 0.1, 0.3, 5, None) == pytest.approx((200.0, 1000.0))
+    # the replay bound: one update per batch delivered at most (rho = 1)
+    assert async_throughput(0.5, 0.1, 0.3, 1, 2, 1.0) == pytest.approx((100.0, 100.0))
+    assert async_throughput(0.5, 0.1, 0.3, 2, 2, 1.0)[0] == pytest.approx(200.0 / 1.5)
+
+
+def test_share_cores_runs_each_process_at_most_one_core():
+    assert share_cores([], 2, 5.0) == (5.0, [])
+    dt, left = share_cores([0.3, 0.6, 0.9], 2, 10.0)  # 3 on 2 cores: speed 2/3
+    assert dt == pytest.approx(0.45) and left == pytest.approx([0.0, 0.3, 0.6])
+    dt, left = share_cores([0.3, 0.6], 4, 10.0)       # fewer processes than cores: speed 1
+    assert dt == pytest.approx(0.3) and left == pytest.approx([0.0, 0.3])
+    dt, left = share_cores([0.3], None, 0.1)          # the run ends first
+    assert dt == pytest.approx(0.1) and left == pytest.approx([0.2])
+
+
+def test_pipeline_matches_its_closed_forms_where_they_hold():
+    """Sync: one update per generate + update cycle, on-policy. Async with searchers slower
+    than the trainer (no queue ever full): the closed form with the replay bound, on cores
+    shared or not. A trainer slower than two searchers makes them wait on full queues, which
+    frees cores: then the loop beats the closed form's all-busy rate."""
+    sync = pipeline(0.35, 0.25, mode="sync", duration=60)
+    assert sync.steady_updates_per_minute == pytest.approx(100.0, rel=1e-6)
+    assert (sync.staleness == 0).all()
+    for n, cores in ((1, 2), (2, 2), (3, 2), (2, None)):
+        got = pipeline(0.6, 0.3, n, cores, duration=120).steady_updates_per_minute
+        assert got == pytest.approx(async_throughput(0.6, 0.0, 0.3, n, cores, 1.0)[0], rel=0.02), (n, cores)
+    replay = pipeline(0.6, 0.3, 1, None, duration=60, max_replay_ratio=0.0)
+    assert replay.steady_updates_per_minute == pytest.approx(200.0, rel=1e-6)
+    blocked = pipeline(0.3, 0.4, 2, 2, duration=120).steady_updates_per_minute
+    assert blocked > 1.02 * async_throughput(0.3, 0.0, 0.4, 2, 2, 1.0)[0]
+    fill = pipeline(0.3, 0.1, 1, None, initial_fill=3, duration=10)
+    assert fill.intervals["trainer"][0][0] == pytest.approx(0.9)
 
 
 def test_sync_simulation_matches_closed_form_and_is_on_policy():
@@ -92,10 +122,7 @@ def test_start_up_fill_and_max_steps():
         simulate(0.2, 0.1, 0.3, mode="bogus")
 
 
-def test_placement_and_table(capsys):
-    assert set(plan_placement(2, num_gpus=0, verbose=False).values()) == {"cpu"}
-    plan = plan_placement(3, num_gpus=4, verbose=False)
-    assert plan["trainer"] == "cuda:0" and "cuda:0" not in [plan[f"searcher {i}"] for i in range(3)]
+def test_table():
     text = format_table([{"a": 1.23456, "b": None, "c": math.nan}], ["a", "b", "c"])
     assert "1.23" in text and text.count("-") >= 3
 

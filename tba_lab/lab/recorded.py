@@ -75,7 +75,7 @@ GPU_CHECK_2026_12_04 = {
                                "staleness_mean": 2.854},
 }
 
-# The legs notebook 05 draws, with their bar labels: searchers added with the recorded placement.
+# The legs notebook 10 draws, with their bar labels: searchers added with the recorded placement.
 CPU_LEGS = {"n1": "cpu_async_tb_n1", "n4": "cpu_async_tb_n4", "n8": "cpu_async_tb_n8"}
 GPU_LEGS = {"sync TB": "gpu_sync_tb", "n3": "gpu_async_tba_n3", "n6": "gpu_async_tba_n6"}
 

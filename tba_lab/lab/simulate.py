@@ -1,34 +1,39 @@
-"""A small event simulator of the searcher / trainer timeline, and the closed forms it refines.
+"""Event simulators of the searcher / trainer timeline, and the closed form they refine.
 
 Why: before buying machines or starting a long run, estimate what more searchers, a longer sync
-period k or a bigger queue do to trainer updates per minute and to staleness. :func:`simulate`
-replays the kit's loop (``tba_lab.trainer.train``, ``tba_lab.actors.searcher``) job by job from
-a few measured durations (its docstring lists them all):
+period k or a bigger queue do to trainer updates per minute and to staleness.
 
-* a searcher pulls the newest weights, generates B x K responses (``gen_seconds``), scores them
-  (``score_seconds``), and puts the batch on its own queue of ``queue_size``; with the queue
-  full it waits, idle, before generating, as the kit's searcher does;
-* the trainer drains the queues into a real :class:`~tba_lab.buffer.ReplayBuffer` of fake
-  rollouts; async, once ``initial_fill`` rollouts are in, it samples and updates
-  (``update_seconds``); sync, it trains on exactly the batch of the current version. Every k-th
-  update publishes weights;
-* the reference pass (:data:`REFERENCE_PASSES`) runs in the trainer or in each searcher;
-* the busy actors' torch threads share ``cores`` (processor sharing), or one GPU time-sliced
-  (``gpu_slowdown``), and scale with threads by Amdahl's law (:func:`actor_rates`,
-  :func:`amdahl_speedup`).
+Two simulators, both from a few measured durations (:func:`run_timings` reads them from a run
+directory):
+
+* :func:`pipeline`, the event loop on one screen that notebook 05 shows and the student runs
+  with their own processor-sharing step (:func:`share_cores`): searchers, queues, the buffer as
+  a list of versions, the trainer with its initial fill and replay bound, n + 1 processes
+  sharing c cores. Its closed form is :func:`async_throughput`.
+* :func:`simulate`, which replays the kit's loop (``tba_lab.trainer.train``,
+  ``tba_lab.actors.searcher``) in more detail (its docstring lists every input):
+
+  * a searcher pulls the newest weights, generates B x K responses (``gen_seconds``), scores
+    them (``score_seconds``), and puts the batch on its own queue of ``queue_size``; with the
+    queue full it waits, idle, before generating, as the kit's searcher does;
+  * the trainer drains the queues into a real :class:`~tba_lab.buffer.ReplayBuffer` of fake
+    rollouts; async, once ``initial_fill`` rollouts are in, it samples and updates
+    (``update_seconds``); sync, it trains on exactly the batch of the current version. Every
+    k-th update publishes weights;
+  * the reference pass (:data:`REFERENCE_PASSES`) runs in the trainer or in each searcher;
+  * the busy actors' torch threads share ``cores`` (processor sharing), or one GPU time-sliced
+    (``gpu_slowdown``), and scale with threads by Amdahl's law (:func:`actor_rates`,
+    :func:`amdahl_speedup`).
 
 Durations are wall-clock seconds of one actor running alone with the thread count it was
-measured with (:func:`run_timings` reads them from a run directory; ``timing_threads`` says how
-they were measured). Departures: constant durations unless ``jitter``; ideal processor sharing,
-with memory bandwidth and caches not modelled; one slowdown factor per extra process on a GPU;
-messages and weight copies free unless given; all responses distinct unless
-``unique_fraction`` < 1 (a de-duplicating buffer). Calibration on a machine's runs and
-predictions for the automatic placement: :mod:`tba_lab.lab.predict`.
+measured with (``timing_threads`` says how they were measured). Departures: constant durations
+unless ``jitter``; ideal processor sharing, with memory bandwidth and caches not modelled; one
+slowdown factor per extra process on a GPU; messages and weight copies free unless given; all
+responses distinct unless ``unique_fraction`` < 1 (a de-duplicating buffer). Calibration on a
+machine's runs and predictions for the automatic placement: :mod:`tba_lab.lab.predict`.
 
-Also here, for notebook 05: the closed forms of the course's exercises
-(:func:`sync_updates_per_minute`, :func:`async_throughput`), :func:`measure_run`,
-:func:`load_measured`, :func:`simulate_run`, :func:`plan_placement`, :func:`plot_sim_timeline`
-and :func:`format_table`.
+Also here: :func:`measure_run` (train and read the timings), :func:`simulate_run` (simulate a
+measured run), :func:`plot_sim_timeline` and :func:`format_table`.
 """
 from __future__ import annotations
 
@@ -45,42 +50,7 @@ from tba_lab.lab.timeline import trainer_seconds
 from tba_lab.runlog import read_jsonl_rows
 
 # ----------------------------------------------------------------------------------------------
-# Closed forms (the references of exercises 05.sync_throughput and 05.async_throughput)
-# ----------------------------------------------------------------------------------------------
-
-
-def sync_updates_per_minute(gen_seconds, score_seconds, update_seconds):
-    """Trainer updates per minute of strict alternation (sync mode, k = 1).
-
-    One cycle = the searcher generates and scores one batch, then the trainer updates on it;
-    nobody overlaps, so ``60 / (gen + score + update)``. Works on floats or numpy arrays.
-    """
-    return 60.0 / (np.asarray(gen_seconds, dtype=float) + np.asarray(score_seconds, dtype=float)
-                   + np.asarray(update_seconds, dtype=float))
-
-
-def async_throughput(gen_seconds: float, score_seconds: float, update_seconds: float,
-                     num_searchers: int, cores: int | None) -> tuple[float, float]:
-    """Steady-state rates of the asynchronous pipeline with n searchers on c cores.
-
-    All n searchers and the trainer are busy all the time (the trainer samples the replay buffer,
-    it never waits for fresh data), so n + 1 actors share c cores and each slows down by
-    ``s = max(1, (n + 1) / c)`` (``cores=None``: one device per actor, s = 1).
-
-    Returns:
-        (trainer updates per minute, searcher batches per minute)
-        = (60 / (update * s), n * 60 / ((gen + score) * s)).
-
-    Assumes the queue never fills (searchers never block); :func:`simulate` drops that assumption.
-    """
-    busy = num_searchers + 1
-    slowdown = 1.0 if cores is None else max(1.0, busy / cores)
-    return (60.0 / (update_seconds * slowdown),
-            60.0 * num_searchers / ((gen_seconds + score_seconds) * slowdown))
-
-
-# ----------------------------------------------------------------------------------------------
-# The simulator
+# What a simulation returns
 # ----------------------------------------------------------------------------------------------
 
 
@@ -141,6 +111,144 @@ class SimResult:
                 "steady_updates_per_minute": round(self.steady_updates_per_minute, 1),
                 "batches_per_minute": round(self.batches_per_minute, 1),
                 "staleness_mean": round(self.staleness_mean, 2), "staleness_max": self.staleness_max}
+
+
+# ----------------------------------------------------------------------------------------------
+# The pipeline in one screen (notebook 05): processor sharing, the event loop, its closed form
+# ----------------------------------------------------------------------------------------------
+
+
+def share_cores(remaining: list[float], cores: int | None, until: float) -> tuple[float, list[float]]:
+    """Advance the busy processes to the next event when they share ``cores`` cores.
+
+    Processor sharing: with n busy processes on c cores each runs at speed min(1, c / n) of a
+    core (one core at most: a process measured alone on one core goes no faster with more);
+    ``cores=None`` gives every process a device of its own (speed 1).
+
+    Args:
+        remaining: the work left in each busy process's current job, in seconds of that job
+            running alone (all > 0; may be empty).
+        cores: cores shared by the busy processes, or None.
+        until: the longest step allowed, wall seconds (what is left of the run).
+
+    Returns:
+        (dt, left): dt = wall seconds until the first job ends, or ``until`` if that comes
+        first; left = each job's work remaining after dt, in the order of ``remaining``.
+    """
+    if not remaining:
+        return until, []
+    speed = 1.0 if cores is None else min(1.0, cores / len(remaining))
+    dt = min(min(remaining) / speed, until)
+    return dt, [r - dt * speed for r in remaining]
+
+
+def pipeline(gen_seconds: float, update_seconds: float, num_searchers: int = 1,
+             cores: int | None = None, *, mode: str = "async", duration: float = 60.0,
+             initial_fill: int = 1, max_replay_ratio: float = 1.0, queue_size: int = 1,
+             step=share_cores) -> SimResult:
+    """Searchers -> queues -> replay buffer -> trainer, one job at a time (a discrete-event loop).
+
+    Each searcher pulls the newest weights (version = the trainer's updates so far, sync period
+    k = 1), generates and scores one batch of B x K rows (``gen_seconds``) and puts it on its
+    queue; it starts the next batch only while its queue holds fewer than ``queue_size`` batches.
+    The free trainer drains every queue into its buffer; in ``"async"`` mode it then updates
+    (``update_seconds``, the reference pass included) once the buffer holds ``initial_fill``
+    batches, unless that update would train on more than ``max_replay_ratio`` rows per row
+    received (0: no bound); in ``"sync"`` mode it updates only on the batch of its own version,
+    and the one searcher waits for new weights before the next batch. The busy processes share
+    ``cores`` through ``step`` (:func:`share_cores`, or a student's version of it).
+    Left out: start-up, the sync period, the sampler's choice (the trainer's batch is taken as
+    the newest received: staleness = updates so far - its version), hand-over latency, and
+    variation between batches. :func:`simulate` models them, with its own loop.
+
+    Returns:
+        :class:`SimResult` (``blocked_fraction`` empty; ``intervals`` has "generate" and "update").
+    """
+    if not (gen_seconds > 0 and update_seconds > 0):  # also NaN: a run with no batch or update
+        raise ValueError(f"gen_seconds={gen_seconds}, update_seconds={update_seconds}: must be > 0")
+    sync = mode == "sync"
+    names = ["trainer"] + [f"searcher {i}" for i in range(1 if sync else num_searchers)]
+    job = {a: None for a in names}        # [kind, start, work left] of each actor; None = idle
+    queued = {a: [] for a in names[1:]}   # versions of the batches in each searcher's queue
+    version = {a: -1 for a in names[1:]}  # the version each searcher generates (or last did)
+    received: list[int] = []              # versions of the batches drained into the buffer
+    intervals = {a: [] for a in names}
+    t, updates, staleness, ends = 0.0, 0, [], []
+
+    def start_jobs():
+        """Every idle actor starts its next job if the rules let it."""
+        if job["trainer"] is None:
+            for a in names[1:]:  # drain the queues: their searchers have room again
+                received.extend(queued[a])
+                queued[a].clear()
+            if sync:
+                ready = bool(received) and received[-1] == updates
+            else:
+                ready = len(received) >= initial_fill and (
+                    not max_replay_ratio or updates + 1 <= max_replay_ratio * len(received))
+            if ready:
+                staleness.append(updates - max(received))
+                job["trainer"] = ["update", t, update_seconds]
+        for a in names[1:]:
+            if job[a] is None and len(queued[a]) < queue_size and not (sync and version[a] == updates):
+                version[a] = updates  # pull the newest weights
+                job[a] = ["generate", t, gen_seconds]
+
+    start_jobs()
+    while t < duration:
+        busy = [a for a in names if job[a] is not None]
+        dt, left = step([job[a][2] for a in busy], cores, duration - t)
+        t += dt
+        for a, work in zip(busy, left):
+            job[a][2] = work
+            if work <= 1e-9:  # this job ended at t
+                intervals[a].append((job[a][1], t, job[a][0]))
+                job[a] = None
+                if a == "trainer":
+                    updates += 1
+                    ends.append(t)
+                else:
+                    queued[a].append(version[a])
+        start_jobs()
+    steady = (60.0 * (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) >= 2 else float("nan"))
+    return SimResult(duration=duration, updates=updates,
+                     updates_per_minute=60.0 * updates / duration,
+                     steady_updates_per_minute=steady, batches=len(received),
+                     batches_per_minute=60.0 * len(received) / duration,
+                     staleness=np.array(staleness, dtype=np.int64), intervals=intervals)
+
+
+def async_throughput(gen_seconds: float, score_seconds: float, update_seconds: float,
+                     num_searchers: int, cores: int | None,
+                     max_replay_ratio: float = 0.0) -> tuple[float, float]:
+    """Steady-state rates of the asynchronous pipeline with n searchers on c cores, every
+    process busy all the time (the closed form of :func:`pipeline`).
+
+    n + 1 processes share c cores, so each slows down by ``s = max(1, (n + 1) / c)``
+    (``cores=None``: one device per process, s = 1). The searchers deliver
+    ``n * 60 / ((gen + score) * s)`` batches per minute; the trainer could make
+    ``60 / (update * s)`` updates per minute, but with a replay bound rho > 0
+    (``buffer.max_replay_ratio``; one update trains on one batch's worth of rows) at most rho
+    per batch delivered.
+
+    Returns:
+        (trainer updates per minute, searcher batches per minute, all searchers together).
+
+    Assumes no searcher ever waits on a full queue: when the trainer is the slower side they
+    do, which frees cores; :func:`pipeline` and :func:`simulate` model it.
+    """
+    busy = num_searchers + 1
+    slowdown = 1.0 if cores is None else max(1.0, busy / cores)
+    updates = 60.0 / (update_seconds * slowdown)
+    batches = 60.0 * num_searchers / ((gen_seconds + score_seconds) * slowdown)
+    if max_replay_ratio:
+        updates = min(updates, max_replay_ratio * batches)
+    return updates, batches
+
+
+# ----------------------------------------------------------------------------------------------
+# The full simulator: start-up, sync period, the real buffer's sampler, threads, GPUs
+# ----------------------------------------------------------------------------------------------
 
 
 REFERENCE_PASSES = ("none", "trainer_drained", "trainer_sampled", "searcher")
@@ -738,35 +846,6 @@ def measure_run(config_overrides: dict, run_dir: str | Path, seconds: float, see
     return run_timings(run_dir)
 
 
-def load_measured(path: str | Path) -> list[dict]:
-    """Rows of a ``measured.json`` (notebook 04's: ``{"runs": [{"mode", "sync_period",
-    "num_searchers", "gen_seconds", "score_seconds", "update_seconds", "updates_per_minute",
-    "staleness_mean", "staleness_max", ...}]}``), each enriched with :func:`run_timings` of the
-    matching run directory under ``<its folder>/runs/*`` when one exists (same mode, sync period
-    and searchers), which adds the budget, the searchers' start and the buffer settings.
-    A row gets ``"source": "run dir"`` or ``"source": "measured.json"``; ``[]`` if no file.
-    """
-    path = Path(path)
-    if not path.is_file():
-        return []
-    rows = json.loads(path.read_text()).get("runs", [])
-    dirs = []
-    for d in sorted((path.parent / "runs").glob("*/summary.json")):
-        try:
-            dirs.append(run_timings(d.parent))
-        except Exception:  # a half-written run: ignore it
-            continue
-    out = []
-    for r in rows:
-        key = (r.get("mode"), int(r.get("sync_period", 1)), int(r.get("num_searchers", 1)))
-        match = [d for d in dirs if (d["mode"], d["sync_period"], d["num_searchers"]) == key]
-        if len(match) == 1:
-            out.append({**r, **{k: v for k, v in match[0].items() if k not in r}, "source": "run dir"})
-        else:
-            out.append({**r, "source": "measured.json"})
-    return out
-
-
 def format_table(rows: list[dict], columns: list[str]) -> str:
     """Rows of dicts as a fixed-width text table (missing keys and NaN print as '-'; floats
     with 0, 1 or 3 significant decimals depending on their size)."""
@@ -829,53 +908,8 @@ def simulate_run(measured: dict, timings: dict | None = None, cores: int | None 
 
 
 # ----------------------------------------------------------------------------------------------
-# Placement and plots
+# Plots
 # ----------------------------------------------------------------------------------------------
-
-
-def plan_placement(num_searchers: int, num_gpus: int | None = None, verbose: bool = True) -> dict:
-    """Which device each actor would use (the TBA paper's layout: trainer alone on GPU 0,
-    searchers spread over the other GPUs).
-
-    Args:
-        num_searchers: searcher processes.
-        num_gpus: GPUs to plan for; None = ``torch.cuda.device_count()`` (0 without CUDA).
-        verbose: print the plan, and a note when it falls back to CPU.
-
-    Returns:
-        {"trainer": device, "searcher 0": device, ...}; devices are "cuda:i" or "cpu".
-
-    Note: this is a plan; a run places its actors with ``async.trainer_device`` and
-    ``async.searcher_devices`` (the same layout: ``{"trainer_device": "cuda:0",
-    "searcher_devices": ["cuda:1", ...]}``).
-    """
-    if num_gpus is None:
-        try:
-            import torch
-
-            num_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        except ImportError:  # pragma: no cover
-            num_gpus = 0
-    plan = {}
-    if num_gpus <= 0:
-        plan["trainer"] = "cpu"
-        plan.update({f"searcher {i}": "cpu" for i in range(num_searchers)})
-        note = ("no CUDA GPU here: every actor is a CPU process; "
-                "they share the machine's cores, so more searchers than spare cores slow everyone")
-    elif num_gpus == 1:
-        plan["trainer"] = "cuda:0"
-        plan.update({f"searcher {i}": "cuda:0" for i in range(num_searchers)})
-        note = "one GPU: trainer and searchers would share cuda:0 (time-sliced, like cores)"
-    else:
-        plan["trainer"] = "cuda:0"
-        plan.update({f"searcher {i}": f"cuda:{1 + i % (num_gpus - 1)}" for i in range(num_searchers)})
-        note = (f"{num_gpus} GPUs: trainer alone on cuda:0, searchers over cuda:1..{num_gpus - 1}"
-                " (async.trainer_device: cuda:0, async.searcher_devices: the others)")
-    if verbose:
-        for actor, device in plan.items():
-            print(f"  {actor:<12} -> {device}")
-        print(f"note: {note}")
-    return plan
 
 
 def plot_sim_timeline(result: SimResult, ax=None, window: tuple[float, float] | None = None,
@@ -916,7 +950,6 @@ def plot_sim_timeline(result: SimResult, ax=None, window: tuple[float, float] | 
     return ax
 
 
-__all__ = ["SimResult", "simulate", "simulate_run", "run_timings", "measure_run", "load_measured",
-           "format_table", "sync_updates_per_minute",
-           "async_throughput", "plan_placement", "plot_sim_timeline", "REFERENCE_PASSES",
+__all__ = ["SimResult", "share_cores", "pipeline", "async_throughput", "simulate", "simulate_run",
+           "run_timings", "measure_run", "format_table", "plot_sim_timeline", "REFERENCE_PASSES",
            "JOB_KINDS", "amdahl_speedup", "actor_rates"]
