@@ -21,7 +21,7 @@ negative time).
 
 Functions: :func:`load_timeline`, :func:`plot_timeline`, :func:`busy_fraction`,
 :func:`fresh_staleness_max`, :func:`arrival_lags`, :func:`run_measurements`,
-:func:`trainer_seconds`, :func:`time_per_update`, :func:`format_time_per_update`,
+:func:`trainer_seconds`, :func:`time_per_update`, :func:`format_time_per_update`, :func:`write_timeline`,
 :func:`plot_time_per_update`.
 """
 from __future__ import annotations
@@ -450,3 +450,35 @@ def format_time_per_update(legs: dict) -> str:
                              f"scoring {sec(p['scoring'])}, weight sync {sec(p['sync'])} s per batch "
                              f"({p['batches']} batches)")
     return "\n".join(lines)
+
+
+def write_timeline(run_dir, batches, updates, sync_period: int = 1, wall_seconds: float | None = None,
+                   mode: str = "async") -> Path:
+    """Write the records of a loop of one's own (notebook 04's) as the files
+    :func:`load_timeline` reads, so that :func:`plot_timeline` and :func:`arrival_lags` draw it.
+
+    Args:
+        run_dir: folder to write ``searchers.jsonl``, ``metrics.jsonl``, ``config.yaml`` and
+            ``summary.json`` into (created).
+        batches: one dict per generation batch: ``searcher_id``, ``t_start``, ``t_end``,
+            ``gen_seconds``, ``score_seconds``, ``version``, ``trainer_step`` (seconds since
+            training began; ``trainer_step``: updates done when the trainer drained the batch).
+        updates: one dict per trainer update: ``step`` (1, 2, ...), ``wall_seconds`` (its end),
+            ``update_seconds``, ``wait_seconds``, and any other numbers (e.g. staleness).
+        sync_period: k, weights published after every k-th update.
+        wall_seconds: the training length (default: the last update's end).
+
+    Returns:
+        ``run_dir`` as a Path.
+    """
+    import yaml
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("searchers.jsonl", batches), ("metrics.jsonl", updates)):
+        (run_dir / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"async": {"mode": mode,
+                                                                   "sync_period": int(sync_period)}}))
+    wall = wall_seconds if wall_seconds is not None else (updates[-1]["wall_seconds"] if updates else 0.0)
+    (run_dir / "summary.json").write_text(json.dumps({"wall_seconds": float(wall)}) + "\n")
+    return run_dir

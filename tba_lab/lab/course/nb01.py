@@ -1,4 +1,6 @@
-"""Exercises of notebook 01 (on-policy GRPO): token log-probs, group advantages, clipped loss."""
+"""Exercises of notebook 01 (on-policy GRPO): token log-probs, the masked sequence log-probs of
+responses from a Hugging Face model (``tba_lab.minimal.sequence_logprobs``), group advantages,
+the clipped loss."""
 from __future__ import annotations
 
 import torch
@@ -45,6 +47,103 @@ TOKEN_LOGPROBS = Exercise(
     description="temperature-scaled token log-probs, log softmax(logits / temperature)[target]",
     stub=token_logprobs_stub, solution=token_logprobs_solution, reference=token_logprobs,
     cases=_token_logprobs_cases, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# 01.sequence_logprobs
+# ----------------------------------------------------------------------------------------------
+
+def sequence_logprobs_stub(model, prompts, responses, pad_id, temperature):
+    """(N,) float32: log pi(y|x) of each response, the SUM over its tokens of
+    log softmax(logits / temperature)[token], from a Hugging Face causal LM, with gradients.
+
+    ``prompts``: B token-id lists; ``responses``: N = B*K token-id lists, prompt-major (rows
+    i*K .. i*K+K-1 answer ``prompts[i]``), of different lengths. Run prompt + response through
+    ``model(input_ids=..., attention_mask=...)`` (padded with ``pad_id``, the mask 0 on padding);
+    the logits at position t predict the token at t + 1; sum only the response's own tokens
+    (never padding, never the prompt). Left padding needs ``position_ids`` that count real
+    tokens only; right padding does not.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def sequence_logprobs_solution(model, prompts, responses, pad_id, temperature):
+    k = len(responses) // len(prompts)
+    rows = [prompts[i // k] + r for i, r in enumerate(responses)]   # prompt + response, per row
+    ids = torch.full((len(rows), max(map(len, rows))), pad_id)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):      # right padding: the real tokens sit at positions 0, 1, ...
+        ids[i, :len(row)] = torch.tensor(row)
+        mask[i, :len(row)] = 1
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # position t predicts t + 1
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)    # (N, L - 1): log p(token t + 1)
+    out = []
+    for i, r in enumerate(responses):
+        first = len(prompts[i // k]) - 1    # the position whose logits predict the response's 1st token
+        out.append(logp[i, first:first + len(r)].sum())  # the response's tokens only: no padding
+    return torch.stack(out)
+
+
+_POLICY = {}
+
+
+def embedded_policy():
+    """The embedded tiny model and its tokenizer, loaded once per process (checkers reuse it)."""
+    if not _POLICY:
+        from tba_lab.models import load_policy
+
+        model, tok = load_policy()
+        model.eval()
+        _POLICY["model"], _POLICY["tokenizer"] = model, tok
+    return _POLICY["model"], _POLICY["tokenizer"]
+
+
+def _sequence_logprobs_reference(model, prompts, responses, pad_id, temperature):
+    from tba_lab.minimal import sequence_logprobs as reference
+
+    return reference(model, prompts, responses, pad_id, temperature)
+
+
+def _sequence_logprobs_cases():
+    from tba_lab.tasks.arithmetic import ArithmeticTask
+
+    model, tok = embedded_policy()
+    task = ArithmeticTask()
+    problems = task.load("test")[:6]
+    prompts = [tok(task.format_prompt(p))["input_ids"] for p in problems]   # lengths differ
+    g = torch.Generator().manual_seed(104)
+    answers = [tok(f" #### {n}")["input_ids"] + [tok.eos_token_id] for n in (7, 42, 1234, 98765)]
+
+    def responses(b, k):
+        out = []
+        for i in range(b * k):   # real answers and random token runs, 1 to 17 tokens: much padding
+            n = int(torch.randint(1, 18, (1,), generator=g))
+            out.append(answers[i % 4] if i % 3 == 0 else
+                       torch.randint(3, len(tok), (n,), generator=g).tolist())
+        return out
+    return [((model, prompts[:2], responses(2, 3), tok.pad_token_id, 0.6), {}),
+            ((model, prompts[2:5], responses(3, 2), tok.pad_token_id, 1.0), {}),
+            ((model, prompts[5:], [[answers[1][-1]], answers[2]], tok.pad_token_id, 0.6), {}),
+            ((model, prompts, responses(6, 1), tok.pad_token_id, 2.0), {})]
+
+
+def _with_gradient_compare(got, want):
+    from tba_lab.lab.course import _default_compare
+
+    if isinstance(got, torch.Tensor) and not got.requires_grad:
+        return ("the result carries no gradient: the trainer backpropagates through it "
+                "(no torch.no_grad(), no .detach(), no .item())")
+    return _default_compare(got, want, rtol=1e-4, atol=2e-3)
+
+
+SEQUENCE_LOGPROBS = Exercise(
+    name="01.sequence_logprobs",
+    description="masked sequence log-probs of responses from a Hugging Face model, with gradient",
+    stub=sequence_logprobs_stub, solution=sequence_logprobs_solution,
+    reference=_sequence_logprobs_reference, cases=_sequence_logprobs_cases,
+    compare=_with_gradient_compare)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -151,4 +250,4 @@ CLIPPED_SURROGATE = Exercise(
     reference=_clipped_surrogate_reference, cases=_clipped_surrogate_cases)
 
 
-EXERCISES = [TOKEN_LOGPROBS, GROUP_ADVANTAGES, CLIPPED_SURROGATE]
+EXERCISES = [TOKEN_LOGPROBS, SEQUENCE_LOGPROBS, GROUP_ADVANTAGES, CLIPPED_SURROGATE]

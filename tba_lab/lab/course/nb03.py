@@ -4,6 +4,8 @@ Exercises
     03.dedup          storage of one prompt: newest copy of a response wins, capacity drops the oldest
     03.reward_weights item probabilities softmax(inv_temp * reward), numerically stable
     03.prompt_probs   probability that one batch slot picks each prompt (recency probability m)
+    03.sample_batch   the trainer's whole sampler, as tba_lab.minimal.sample_batch, checked
+                      statistically against the exact probabilities of the two above
 
 Helpers (used by the notebook's cells, so that no reusable code lives in a cell)
     fake_rollout             a synthetic :class:`~tba_lab.buffer.Rollout` (tiny token lists)
@@ -19,6 +21,7 @@ Helpers (used by the notebook's cells, so that no reusable code lives in a cell)
 """
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 import numpy as np
@@ -327,4 +330,194 @@ PROMPT_PROBS = Exercise(
     cases=_prompt_probs_cases)
 
 
-EXERCISES = [DEDUP, REWARD_WEIGHTS, PROMPT_PROBS]
+
+# --------------------------------------------------------- 03.sample_batch
+def sample_batch_stub(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng):
+    """The trainer's batch, as ``tba_lab.minimal.sample_batch``: ``num_prompts`` (B) prompts x
+    ``k`` (K) rows, prompt-major (a list of B*K rows; rows i*K .. i*K+K-1 share one prompt).
+
+    ``groups``: {prompt id: list of stored rows, oldest first}; each row has ``.reward``.
+    ``fresh``: set of prompt ids refreshed since the last publish. ``rng``: a ``random.Random``
+    (use it for every random choice). For each of the B slots:
+
+    * take a prompt not yet in this batch; once every stored prompt is in it, start over;
+    * with probability ``recency_prob`` (m), when an unused fresh prompt exists: one of them,
+      uniformly, and its K NEWEST rows;
+    * otherwise: any unused prompt, uniformly, and K of its rows drawn WITHOUT replacement with
+      probabilities softmax(inv_temp * reward) over its rows (draw one, remove it, draw again);
+    * a prompt with fewer than K rows gives all of them, then rows drawn WITH replacement
+      (softmax(inv_temp * reward)) until the group has K rows.
+
+    Return the rows themselves (the objects stored in ``groups``), a list of B*K.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def sample_batch_solution(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng):
+    def weights(rows):  # softmax(inv_temp * reward), the 03.reward_weights of this prompt
+        return list(reward_weights_solution([r.reward for r in rows], inv_temp))
+
+    batch, used = [], set()
+    for _ in range(num_prompts):
+        if len(used) == len(groups):
+            used = set()                                    # every prompt used: start over
+        fresh_left = [p for p in groups if p in fresh and p not in used]
+        if fresh_left and rng.random() < recency_prob:      # recency mode
+            pid = rng.choice(fresh_left)
+            rows = list(groups[pid][-k:])                   # its K newest rows
+        else:                                               # reward mode
+            pid = rng.choice([p for p in groups if p not in used])
+            left, rows = list(groups[pid]), []
+            while left and len(rows) < k:                   # without replacement
+                pick = rng.choices(range(len(left)), weights=weights(left))[0]
+                rows.append(left.pop(pick))
+        while len(rows) < k:                                # top up to K, with replacement
+            rows.append(rng.choices(groups[pid], weights=weights(groups[pid]))[0])
+        batch += rows
+        used.add(pid)
+    return batch
+
+
+class _Draw(random.Random):
+    """The ``rng`` of one of the checker's draws: seeded (so the check is deterministic), and
+    carrying its scenario (``.scenario``) and whether it is the scenario's last draw."""
+
+
+class _Want:
+    def __init__(self, draw, reference_batch):
+        self.draw, self.reference_batch = draw, reference_batch
+
+
+def _sample_batch_reference(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng):
+    from tba_lab.minimal import sample_batch
+
+    copy = random.Random()
+    copy.setstate(rng.getstate())   # the student's function gets the untouched stream
+    return _Want(rng, sample_batch(groups, fresh, num_prompts, k, recency_prob, inv_temp, copy))
+
+
+def _rows(pid, rewards):
+    from tba_lab.minimal import Row
+
+    return [Row(pid, [100 + pid], [pid, j], float(r), -1.0, j) for j, r in enumerate(rewards)]
+
+
+def _sample_batch_scenarios():
+    """(name, groups, fresh, B, K, m, inv_temp, draws, expected, measure, structure)."""
+    out = []
+    g = {p: _rows(p, [0, 1, 0, 1, 1]) for p in range(6)}           # recency: K newest of 2 or 4
+    out.append(("recency (m = 1, fresh {2, 4}, B = 1, K = 3)", g, {2, 4}, 1, 3, 1.0, 0.0, 1500,
+                prompt_probabilities(6, [2, 4], 1.0), "prompt", "newest"))
+    g = {p: _rows(p, [0, 1, 1, 0]) for p in range(10)}             # the two modes mixed
+    n, fresh, m, t = 10, [2, 5], 0.5, 2.0
+    expect = np.concatenate([(1 - m) / n * reward_probabilities([0, 1, 1, 0], t) for _ in range(n)])
+    for p in fresh:
+        expect[4 * p + 3] += m / len(fresh)
+    out.append(("m = 0.5, fresh {2, 5}, inv_temp = 2, B = 1, K = 1", g, set(fresh), 1, 1, m, t,
+                4000, expect, "row", None))
+    r = [0, 1, 0, 1, 1, 0]                                          # reward mode, K of 6
+    out.append(("reward mode (no fresh prompt left, m = 0.7), 6 rows, K = 3, inv_temp = 1.5",
+                {0: _rows(0, r)}, set(), 1, 3, 0.7, 1.5, 2000,
+                inclusion_probabilities(reward_probabilities(r, 1.5), 3), "inclusion", "distinct"))
+    for m in (1.0, 0.0):                                            # top-up: 2 rows, K = 5
+        out.append((f"top-up (2 rows, K = 5, m = {m:g}, inv_temp = 2)", {0: _rows(0, [0, 1])},
+                    {0}, 1, 5, m, 2.0, 1000, reward_probabilities([0, 1], 2.0), "topup", "all"))
+    g = {p: _rows(p, [0, 1]) for p in range(3)}                     # B > prompts: start over
+    out.append(("prompts distinct (3 prompts, fresh {1}, m = 1, B = 5, K = 2)", g, {1}, 5, 2, 1.0,
+                0.0, 1500, np.array([0.5, 0.5, 0.5, 0.5]), "slots", "distinct_prompts"))
+    return out
+
+
+def _sample_batch_cases():
+    cases = []
+    for s, (name, groups, fresh, b, k, m, t, n, *_rest) in enumerate(_sample_batch_scenarios()):
+        state = {"name": name, "spec": (name, groups, fresh, b, k, m, t, n, *_rest), "seen": []}
+        for i in range(n):
+            rng = _Draw(1000 * s + i)
+            rng.scenario, rng.last = state, i == n - 1
+            cases.append(((groups, fresh, b, k, m, t, rng), {}))
+    return cases
+
+
+def _sample_batch_structure(got, spec) -> str | None:
+    name, groups, fresh, b, k, m, t, n, expected, measure, rule = spec
+    if not isinstance(got, (list, tuple)) or len(got) != b * k:
+        size = len(got) if isinstance(got, (list, tuple)) else type(got).__name__
+        return (f"returned {size} rows, expected B*K = {b}*{k} = {b * k} (a prompt with fewer than "
+                f"K rows is topped up to K)")
+    slots = []
+    for i in range(b):
+        block = got[i * k:(i + 1) * k]
+        pid = getattr(block[0], "prompt_id", None)
+        stored = groups.get(pid, [])
+        if any(not any(r is x for x in stored) for r in block):
+            return f"slot {i}: its rows are not all rows stored for one prompt (prompt-major: K rows per prompt)"
+        slots.append(pid)
+        if rule == "newest" and sorted(map(id, block)) != sorted(map(id, stored[-k:])):
+            return (f"slot {i} (recency mode, m = 1): rows {[r.version for r in block]} of prompt {pid}, "
+                    f"expected its K newest {[r.version for r in stored[-k:]]} (index in the group)")
+        if rule == "distinct" and len(set(map(id, block))) < k:
+            return "a row appears twice in a group of 6 rows: reward mode draws K rows WITHOUT replacement"
+        if rule == "all" and set(map(id, block)) != set(map(id, stored)):
+            return "a prompt with fewer than K rows must give all of its rows before the top-up"
+    whole = len(groups)
+    for start in range(0, b, whole):
+        part = slots[start:start + whole]
+        if len(set(part)) < len(part):
+            return (f"prompts {slots}: a prompt appears twice while other stored prompts are unused "
+                    f"(start over only when all {whole} are in the batch)")
+    if rule == "distinct_prompts" and (slots[0] != 1 or slots[3] != 1):
+        return (f"prompts {slots}: with m = 1, slot 0 (and slot 3, after starting over) must take "
+                f"the only fresh prompt, 1")
+    return None
+
+
+def _sample_batch_compare(got, want):
+    state = want.draw.scenario
+    spec = state["spec"]
+    problem = _sample_batch_structure(got, spec)
+    if problem:
+        return f"scenario '{state['name']}': {problem}"
+    state["seen"].append(got)
+    if not want.draw.last:
+        return None
+    name, groups, fresh, b, k, m, t, n, expected, measure, rule = spec
+    seen = state["seen"]
+    if measure == "prompt":
+        measured = np.array([sum(g[0].prompt_id == p for g in seen) for p in range(len(groups))]) / n
+    elif measure == "row":
+        index = {id(r): 4 * p + j for p, rows in groups.items() for j, r in enumerate(rows)}
+        measured = np.bincount([index[id(g[0])] for g in seen], minlength=len(expected)) / n
+    elif measure == "inclusion":
+        rows = groups[0]
+        measured = np.array([sum(any(x is r for x in g) for g in seen) for r in rows]) / n
+    elif measure == "topup":
+        extra = [r.reward for g in seen for r in g[2:]]             # the K - 2 rows of the top-up
+        n = len(extra)
+        measured = np.array([extra.count(0.0), extra.count(1.0)]) / n
+    else:                                                            # slots 1 and 4: prompt 0 or 2
+        measured = np.array([sum(g[2].prompt_id == 0 for g in seen), sum(g[2].prompt_id == 2 for g in seen),
+                             sum(g[8].prompt_id == 0 for g in seen), sum(g[8].prompt_id == 2 for g in seen)]) / n
+    z = gap_in_standard_errors(measured, expected, n)
+    if z > 4.5:
+        if len(expected) > 8:   # many bars: name the worst one
+            se = np.sqrt(expected * (1 - expected) / n)
+            i = int(np.argmax(np.abs(measured - expected) / np.where(se > 0, se, 1e-12)))
+            shown = f"bar {i} (prompt {i // 4}, row {i % 4}): measured {measured[i]:.3f}, exact {expected[i]:.3f}"
+        else:
+            shown = (f"measured frequencies {np.round(measured, 3).tolist()}, exact probabilities "
+                     f"{np.round(expected, 3).tolist()}")
+        return (f"scenario '{name}', {n} seeded draws: {shown}: {z:.1f} standard errors apart "
+                f"(chance stays below 4.5)")
+    return None
+
+
+SAMPLE_BATCH = Exercise(
+    name="03.sample_batch",
+    description="the trainer's sampler: recency m, reward softmax, distinct prompts, top-up",
+    stub=sample_batch_stub, solution=sample_batch_solution, reference=_sample_batch_reference,
+    cases=_sample_batch_cases, compare=_sample_batch_compare)
+
+
+EXERCISES = [DEDUP, REWARD_WEIGHTS, PROMPT_PROBS, SAMPLE_BATCH]
