@@ -24,14 +24,14 @@ Where this departs from the paper (the same choices as the library's defaults):
 * the learning rate decays linearly to 0 over the time budget; beta is constant;
 * evaluation is greedy accuracy on held-out problems, before and after the budget.
 
-What the library adds (``tba_lab/trainer.py``): resume, failure handling (restarts, non-finite
-updates), placement of threads and devices, CUDA IPC and Ray, logging and dashboards, baselines,
-other tasks and generation backends.
+What ``tba-lab train`` (``tba_lab/trainer.py``) adds: resume, failure handling, placement,
+CUDA IPC and Ray, logging and dashboards, baselines, other tasks and generation backends.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import math
 import multiprocessing as mp
 import os
@@ -42,6 +42,11 @@ import time
 from dataclasses import dataclass
 
 import torch
+from transformers import LlamaForCausalLM
+
+# the key/value cache's argument in the embedded model (a Llama): `cache` in transformers >= 5.2x
+CACHE = next(n for n in ("cache", "past_key_values")
+             if n in inspect.signature(LlamaForCausalLM.forward).parameters)
 
 
 @dataclass
@@ -86,11 +91,25 @@ class Row:
 def pad(rows: list, pad_id: int, left: bool) -> tuple:
     """Token-id lists to ``(N, L)`` int64 ids and a 0/1 mask, padded on the left or right."""
     width = max(map(len, rows))
-    ids, mask = torch.full((len(rows), width), pad_id), torch.zeros(len(rows), width, dtype=torch.long)
+    ids = torch.full((len(rows), width), pad_id)
+    mask = torch.zeros_like(ids)
     for i, r in enumerate(rows):
         at = slice(width - len(r), width) if left else slice(0, len(r))
         ids[i, at], mask[i, at] = torch.tensor(r, dtype=torch.long), 1
     return ids, mask
+
+
+def prompt_pass(model, ids: torch.Tensor, mask: torch.Tensor, k: int) -> tuple:
+    """Run B left-padded prompts ``(B, P)`` through ``model`` once and copy each one's key/value
+    cache to its K rows. Returns the last position's logits ``(B*K, 1, V)`` and the cache,
+    ready to continue K answers per prompt. Prompts are about 3x longer than answers here, so
+    this is about 3x less work than K full rows; position ids count real tokens only."""
+    rows = torch.arange(len(ids)).repeat_interleave(k)               # (B*K,) row -> its prompt
+    out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0),
+                use_cache=True, logits_to_keep=1)
+    cache = getattr(out, CACHE)
+    cache.reorder_cache(rows)                                        # (B, ...) -> (B*K, ...)
+    return out.logits[rows], cache
 
 
 def sequence_logprobs(model, prompts: list, responses: list, pad_id: int,
@@ -99,26 +118,19 @@ def sequence_logprobs(model, prompts: list, responses: list, pad_id: int,
     log softmax(logits / temperature) (the distribution the searchers sampled from).
 
     ``prompts``: B token-id lists; ``responses``: N = B*K lists, prompt-major (rows
-    i*K..i*K+K-1 answer ``prompts[i]``). Each prompt runs through the model once and its
-    key/value cache is copied to its K rows; only the responses run on top (prompts are about
-    3x longer than answers here, so this is about 3x less work than N full rows). Prompts are
-    left-padded, responses right-padded, position ids count real tokens only (as ``generate``
-    does) and the mask drops padding, so padding changes nothing. Gradients flow.
+    i*K..i*K+K-1 answer ``prompts[i]``): each prompt runs once (:func:`prompt_pass`). Prompts
+    are left-padded, responses right-padded, and the mask drops padding, so padding changes
+    nothing. Gradients flow.
     """
     k = len(responses) // len(prompts)
-    rows = torch.arange(len(prompts)).repeat_interleave(k)          # (N,) row -> its prompt
     p_ids, p_mask = pad(prompts, pad_id, left=True)                  # (B, P)
     r_ids, r_mask = pad(responses, pad_id, left=False)               # (N, R)
-    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=(p_mask.cumsum(1) - 1).clamp(min=0),
-                use_cache=True, logits_to_keep=1)
-    cache = out[1]                       # the key/value cache (``cache`` or ``past_key_values``)
-    cache.reorder_cache(rows)                                        # (B, ...) -> (N, ...)
-    logits = out.logits[rows]                                        # (N, 1, V): predicts token 0
+    logits, cache = prompt_pass(model, p_ids, p_mask, k)             # (N, 1, V): predicts token 0
     if r_ids.shape[1] > 1:
-        mask = torch.cat([p_mask[rows], r_mask], 1)                  # (N, P + R)
-        rest = model(r_ids[:, :-1], mask[:, :-1], (mask.cumsum(1) - 1)[:, p_ids.shape[1]:-1],
-                     cache).logits  # (N, R - 1, V); 4th argument: the cache, under either name
-        logits = torch.cat([logits, rest], 1)                        # (N, R, V)
+        mask = torch.cat([p_mask.repeat_interleave(k, 0), r_mask], 1)  # (N, P + R)
+        rest = model(input_ids=r_ids[:, :-1], attention_mask=mask[:, :-1], use_cache=True,
+                     position_ids=(mask.cumsum(1) - 1)[:, p_ids.shape[1]:-1], **{CACHE: cache})
+        logits = torch.cat([logits, rest.logits], 1)                 # (N, R, V)
     token_logps = torch.log_softmax(logits.float() / temperature, -1).gather(-1, r_ids[..., None])
     return (token_logps[..., 0] * r_mask).sum(1)                     # (N,)
 
@@ -181,16 +193,14 @@ def sample_batch(groups: dict, fresh: set, num_prompts: int, k: int, recency_pro
                  inv_temp: float, rng: random.Random) -> list:
     """B prompts x K rows, prompt-major: the trainer's batch.
 
-    Each of the ``num_prompts`` slots takes a prompt not yet in the batch (all used: start
-    over): with probability ``recency_prob`` (m) one of the ``fresh`` prompts, uniformly, and
-    its K newest rows; otherwise (or when no fresh prompt is left) any stored prompt, uniformly,
-    and K of its rows drawn without replacement with probabilities
-    :func:`reward_weights`. A prompt with fewer than K rows gives all of them, then rows drawn
-    again with replacement (:func:`reward_weights`) up to K: a group needs K rows for the
-    VarGrad mean.
+    Each slot takes a prompt not yet in the batch (all used: start over): with probability
+    ``recency_prob`` (m) a ``fresh`` prompt, uniformly, and its K newest rows; else (or with no
+    fresh prompt left) any prompt, uniformly, and K of its rows drawn without replacement with
+    :func:`reward_weights`. A group with fewer than K rows is topped up by drawing its rows
+    again with replacement (:func:`reward_weights`): the VarGrad mean needs K rows.
 
-    Args: ``groups`` {prompt id: list of rows with ``.reward``, oldest first}; ``fresh`` a set
-    of prompt ids; ``rng`` a ``random.Random``. Returns a list of B*K rows.
+    Args: ``groups`` {prompt id: rows with ``.reward``, oldest first}; ``fresh`` a set of
+    prompt ids; ``rng`` a ``random.Random``. Returns a list of B*K rows.
     """
     batch, used = [], set()
     for _ in range(num_prompts):
@@ -264,17 +274,17 @@ def searcher_step(policy, reference, tokenizer, task, problems: list, prompt_ids
     """
     prompts = [tokenizer(task.format_prompt(p))["input_ids"] for p in problems]
     ids, mask = pad(prompts, tokenizer.pad_token_id, left=True)     # (B, P)
-    with torch.no_grad():
-        out = policy.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0,
-                              top_p=1.0, temperature=s.temperature, max_new_tokens=s.max_new_tokens,
-                              num_return_sequences=s.num_generations,
-                              pad_token_id=tokenizer.pad_token_id)  # (B*K, P + new), prompt-major
-        responses = []
-        for row in out[:, ids.shape[1]:].tolist():
-            ends = [i for i, t in enumerate(row) if t == tokenizer.eos_token_id]
-            responses.append(row[:ends[0] + 1] if ends else row)     # cut after the first EOS
-        ref = sequence_logprobs(reference, prompts, responses, tokenizer.pad_token_id, s.temperature)
     K = s.num_generations
+    with torch.no_grad():  # prompts but their last token once, then K rows continue from there
+        _, cache = prompt_pass(policy, ids[:, :-1], mask[:, :-1], K)
+        out = policy.generate(input_ids=ids.repeat_interleave(K, 0), do_sample=True, top_k=0,
+                              attention_mask=mask.repeat_interleave(K, 0), top_p=1.0,
+                              temperature=s.temperature, max_new_tokens=s.max_new_tokens,
+                              pad_token_id=tokenizer.pad_token_id, **{CACHE: cache})
+        eos, new = tokenizer.eos_token_id, out[:, ids.shape[1]:].tolist()  # (B*K, <= max_new)
+        responses = [r[:r.index(eos) + 1] if eos in r else r for r in new]  # cut after 1st EOS
+        ref = sequence_logprobs(reference, prompts, responses, tokenizer.pad_token_id,
+                                s.temperature)
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     rewards = task.rewards([p for p in problems for _ in range(K)], texts)
     return [Row(prompt_ids[i // K], prompts[i // K], r, reward, lp, version)
@@ -336,16 +346,16 @@ def evaluate(policy, tokenizer, task, problems: list, max_new_tokens: int) -> fl
                         tokenizer.pad_token_id, left=True)
         with torch.no_grad():
             out = policy.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                  max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+                                  max_new_tokens=max_new_tokens,
+                                  pad_token_id=tokenizer.pad_token_id)
         rewards += task.rewards(chunk, tokenizer.batch_decode(out[:, ids.shape[1]:],
                                                               skip_special_tokens=True))
     return sum(rewards) / len(rewards)
 
 
 def train(s: Settings) -> dict:
-    """Run asynchronous TBA for ``s.minutes``; returns a summary dict (accuracies, updates,
-    seconds, samples, mean staleness in updates). Every searcher is stopped and joined before
-    it returns, also on an error or Ctrl-C."""
+    """Run asynchronous TBA for ``s.minutes``; returns a summary dict. Every searcher is stopped
+    and joined before it returns or raises (an error, Ctrl-C)."""
     from tba_lab.models import load_policy
     from tba_lab.tasks.arithmetic import ArithmeticTask
 
@@ -364,14 +374,14 @@ def train(s: Settings) -> dict:
     weights.publish(policy, 0)
     searchers = [ctx.Process(target=searcher_main, args=(i, s, weights, rows_in, room, stop),
                              daemon=True) for i in range(s.num_searchers)]
+    for p in searchers:
+        p.start()                              # they load their models while we evaluate
     try:
-        for p in searchers:
-            p.start()                          # they load their models while we evaluate
         acc_before = evaluate(policy, tokenizer, task, held_out, s.max_new_tokens)
         print(f"held-out accuracy before: {100 * acc_before:.1f}%", flush=True)
         step, generated, staleness, last_print = 0, 0, [], time.time()
         t0 = time.time()
-        while time.time() - t0 < 60 * s.minutes:
+        while (elapsed := time.time() - t0) < 60 * s.minutes:
             try:                                                     # drain what arrived
                 while True:
                     rows = rows_in.get(timeout=0.05 if len(buffer) < s.initial_fill else 0)
@@ -381,31 +391,29 @@ def train(s: Settings) -> dict:
             except queue.Empty:
                 pass
             if not any(p.is_alive() for p in searchers):
-                raise RuntimeError(f"every searcher ended (exit codes "
-                                   f"{[p.exitcode for p in searchers]}); see the traceback above")
+                codes = [p.exitcode for p in searchers]
+                raise RuntimeError(f"every searcher ended (exit codes {codes}); see above")
             B, K = s.num_prompts_per_step, s.num_generations
             if len(buffer) < s.initial_fill or (step + 1) * B * K > s.max_replay_ratio * generated:
                 time.sleep(0.01)                                     # wait for data
                 continue
             batch = sample_batch(buffer.groups, buffer.fresh, B, K, s.recency_prob, s.inv_temp, rng)
             for group in optimizer.param_groups:                     # linear decay to 0
-                group["lr"] = s.learning_rate * max(0.0, 1 - (time.time() - t0) / (60 * s.minutes))
+                group["lr"] = s.learning_rate * max(0.0, 1 - elapsed / (60 * s.minutes))
             loss = trainer_step(policy, optimizer, batch, s, tokenizer.pad_token_id)
-            staleness += [step - r.version for r in batch]
+            staleness.append(sum(step - r.version for r in batch) / len(batch))  # batch mean
             step += 1
             if step % s.sync_period == 0:
                 weights.publish(policy, step)
                 buffer.mark_sync()
             if time.time() - last_print > 15:
                 last_print = time.time()
-                print(f"{time.time() - t0:5.0f} s  update {step}  loss {loss:.2f}  buffer "
-                      f"{len(buffer)}  samples {generated}  staleness "
-                      f"{sum(staleness[-B * K:]) / (B * K):.1f}", flush=True)
+                print(f"{elapsed:5.0f} s  update {step}  loss {loss:.2f}  buffer {len(buffer)}  "
+                      f"samples {generated}  staleness {staleness[-1]:.1f}", flush=True)
     finally:
         stop.set()
         for p in searchers:
-            if p.pid is not None:              # started
-                p.join(timeout=30)
+            p.join(timeout=30)
             if p.is_alive():
                 p.terminate()
                 p.join()
@@ -418,7 +426,7 @@ def train(s: Settings) -> dict:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m tba_lab.minimal", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser("python -m tba_lab.minimal", description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=Settings.minutes)
     p.add_argument("--seed", type=int, default=Settings.seed)
     p.add_argument("--num-searchers", type=int, default=Settings.num_searchers)
@@ -427,10 +435,7 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
     if args.minutes <= 0 or args.num_searchers < 1 or args.sync_period < 1 or args.eval_size < 1:
         p.error("--minutes must be > 0; --num-searchers, --sync-period and --eval-size >= 1")
-    s = dataclasses.replace(Settings(), minutes=args.minutes, seed=args.seed,
-                            num_searchers=args.num_searchers, sync_period=args.sync_period,
-                            eval_size=args.eval_size)
-    out = train(s)
+    out = train(dataclasses.replace(Settings(), **vars(args)))
     print(f"tb/async on arithmetic: held-out accuracy {100 * out['accuracy_before']:.1f}% -> "
           f"{100 * out['accuracy_after']:.1f}% in {out['trainer_steps']} updates, "
           f"{out['wall_seconds']:.0f} s ({out['samples_generated']} samples, staleness mean "
@@ -439,7 +444,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    # the importable copy of this module: spawned searchers send tba_lab.minimal.Row objects,
-    # which the trainer could not unpickle as __main__.Row
+    # run the importable module: the trainer could not unpickle a searcher's __main__.Row
     from tba_lab.minimal import main as run
     run()
