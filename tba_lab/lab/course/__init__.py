@@ -120,7 +120,10 @@ def _describe(args: tuple, kwargs: dict) -> str:
             return f"{type(x).__name__}{tuple(shape)} {getattr(x, 'dtype', '')}".strip()
         if isinstance(x, (list, tuple)) and len(x) > 6:
             return f"{type(x).__name__} of {len(x)}"
-        return repr(x) if len(repr(x)) <= 60 else repr(x)[:57] + "..."
+        text = repr(x)
+        if "\n" in text:  # a model, an optimizer: its type says enough
+            return type(x).__name__
+        return text if len(text) <= 60 else text[:57] + "..."
     parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
     return ", ".join(parts)
 
