@@ -260,14 +260,14 @@ ALLOWED_NUMBERS = {
         "0.0": SETTING, "1.0": SETTING, "0.2": SETTING, "0.6": SETTING, "1e-4": SETTING,
         "5e-5": SETTING, "0.35": SETTING,
         "about 0": ARITHMETIC, "roughly 0.04": ARITHMETIC, "about 2 points": ARITHMETIC,
-        "about 7 points": ARITHMETIC, "34.6%": CITED, "about 130 s": CITED, "about 15 s": CITED},
+        "about 7 points": ARITHMETIC, "34.6%": CITED, "about 140 s": CITED, "about 15 s": CITED},
     "02_trajectory_balance": {
         "0.005": SETTING, "0.05": SETTING, "0.2": SETTING, "0.5": SETTING, "0.1": SETTING,
-        "0.01": SETTING, "about 15 s": CITED, "about 10 s": CITED},
+        "0.01": SETTING, "about 20 s": CITED, "about 10 s": CITED},
     "03_replay_buffer": {
         "0.0": SETTING, "1.0": SETTING, "0.1": SETTING, "0.5": SETTING, "0.8": SETTING,
         "0.9": SETTING, "±2": SETTING, "4.5": SETTING, "0.46": ARITHMETIC, "≈ 0.32": ARITHMETIC,
-        "about 95%": ARITHMETIC, "about 3.7": CITED, "about 10 s": CITED, "about 5 s": CITED},
+        "about 95%": ARITHMETIC, "about 3.7": CITED, "about 20 s": CITED, "about 5 s": CITED},
     "04_async_searchers": {
         "0 s": SETTING, "0.8": SETTING, "40 s": SETTING, "70 s": SETTING, "0.6": SETTING,
         "1.0": SETTING, "0.1": SETTING, "5e-5": SETTING, "1e-4": CITED, "3e-5": CITED,
@@ -283,8 +283,7 @@ ALLOWED_NUMBERS = {
         "10 points": CITED, "about 160 s": CITED, "about 15 s": CITED},
     "07_paper_findings": {
         "95%": SETTING, "97.5%": SETTING, "12.71": ARITHMETIC, "4.30": ARITHMETIC,
-        "2.26": ARITHMETIC, "0 s": SETTING, "about 5 minutes": ARITHMETIC, "6.4": CITED,
-        "about 50 s": CITED},
+        "2.26": ARITHMETIC, "0 s": SETTING, "about 4 minutes": CITED, "about 50 s": CITED},
     "08_preference": {"+1": SETTING, "0.5": SETTING, "0.1": SETTING, "near 0": SETTING,
                       "near 100": SETTING, "about 11 minutes": CITED, "about 10 s": CITED},
     "09_redteam": {"0.6": SETTING, "0.1": SETTING, "0.5": SETTING, "about 5 minutes": CITED,
