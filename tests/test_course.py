@@ -267,7 +267,7 @@ ALLOWED_NUMBERS = {
     "03_replay_buffer": {
         "0.0": SETTING, "1.0": SETTING, "0.1": SETTING, "0.5": SETTING, "0.8": SETTING,
         "0.9": SETTING, "±2": SETTING, "4.5": SETTING, "0.46": ARITHMETIC, "≈ 0.32": ARITHMETIC,
-        "about 95%": ARITHMETIC, "about 3.7": CITED, "about 20 s": CITED, "about 5 s": CITED},
+        "about 95%": ARITHMETIC, "about 3.7": CITED, "about 20 s": CITED, "about 10 s": CITED},
     "04_async_searchers": {
         "0 s": SETTING, "0.8": SETTING, "40 s": SETTING, "70 s": SETTING, "0.6": SETTING,
         "1.0": SETTING, "0.1": SETTING, "5e-5": SETTING, "1e-4": CITED, "3e-5": CITED,
@@ -283,7 +283,7 @@ ALLOWED_NUMBERS = {
         "10 points": CITED, "about 160 s": CITED, "about 15 s": CITED},
     "07_paper_findings": {
         "95%": SETTING, "97.5%": SETTING, "12.71": ARITHMETIC, "4.30": ARITHMETIC,
-        "2.26": ARITHMETIC, "0 s": SETTING, "about 4 minutes": CITED, "about 50 s": CITED},
+        "2.26": ARITHMETIC, "0 s": SETTING, "about 4 minutes": CITED, "about 30 s": CITED},
     "08_preference": {"+1": SETTING, "0.5": SETTING, "0.1": SETTING, "near 0": SETTING,
                       "near 100": SETTING, "about 11 minutes": CITED, "about 10 s": CITED},
     "09_redteam": {"0.6": SETTING, "0.1": SETTING, "0.5": SETTING, "about 5 minutes": CITED,
