@@ -285,7 +285,7 @@ ALLOWED_NUMBERS = {
         "95%": SETTING, "97.5%": SETTING, "12.71": ARITHMETIC, "4.30": ARITHMETIC,
         "2.26": ARITHMETIC, "0 s": SETTING, "about 4 minutes": CITED, "about 30 s": CITED},
     "08_preference": {"+1": SETTING, "0.5": SETTING, "0.1": SETTING, "near 0": SETTING,
-                      "near 100": SETTING, "about 11 minutes": CITED, "about 10 s": CITED},
+                      "near 100": SETTING, "about 10 minutes": CITED, "about 10 s": CITED},
     "09_redteam": {"0.6": SETTING, "0.1": SETTING, "0.5": SETTING, "about 5 minutes": CITED,
                    "about 15 s": CITED},
     "10_multi_gpu": {
