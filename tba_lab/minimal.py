@@ -354,8 +354,8 @@ def evaluate(policy, tokenizer, task, problems: list, max_new_tokens: int) -> fl
 
 
 def train(s: Settings) -> dict:
-    """Run asynchronous TBA for ``s.minutes``; returns a summary dict. Every searcher is stopped
-    and joined before it returns or raises (an error, Ctrl-C)."""
+    """Run asynchronous TBA for ``s.minutes``; returns a summary dict. Raises RuntimeError when
+    every searcher has died; every searcher is stopped and joined before it returns or raises."""
     from tba_lab.models import load_policy
     from tba_lab.tasks.arithmetic import ArithmeticTask
 

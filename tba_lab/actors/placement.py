@@ -111,7 +111,7 @@ def plan(cfg, cores: int | None = None) -> Placement:
     if a.reference_pass != "auto":
         ref, reason = a.reference_pass, f"async.reference_pass: {a.reference_pass}"
     elif n < 2:
-        ref, reason = "trainer", "auto: one searcher, which is the bottleneck"
+        ref, reason = "trainer", "auto: one searcher, so the trainer scores only the rows it samples"
     elif all(own_device) or cores >= n + 1:
         ref, reason = "searcher", f"auto: {n} searchers, each with a device or core of its own"
     else:
