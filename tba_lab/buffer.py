@@ -14,7 +14,10 @@ Sampling, ``sample(num_prompts=B, group_size=K)`` -> B*K rollouts, prompt-major 
 i*K+K-1 belong to slot i, the (B, K) layout every loss reshapes to). Each slot, with probability
 m = ``recency_prob``, takes a prompt refreshed since the last sync (uniformly) and its K newest
 items; otherwise a prompt uniformly among all and K items drawn without replacement with
-probabilities softmax(inv_temp * reward) (successive draws, renormalised).
+probabilities softmax(inv_temp * reward) (successive draws: each draw is the softmax over the
+items not yet drawn, computed from their rewards with the max subtracted, so it never underflows
+to all zeros: with a large inv_temp the best remaining item comes next, tied items equally
+likely).
 
 Choices (say so if you change them):
   * Prompts in a batch are distinct while enough exist; after every prompt has been used they
@@ -25,9 +28,12 @@ Choices (say so if you change them):
   * A prompt with n < K items gives all n once and draws the other K - n with replacement.
   * ``inv_temp`` multiplies the raw reward (the buffer never sees beta); it matters only for
     prompts holding more than K items, i.e. tasks with few prompts or long runs.
-  * ``sample`` raises ``ValueError`` on an empty buffer (the trainer fills it first) and returns
-    the stored ``Rollout`` objects themselves: do not mutate them. ``last_modes`` records each
-    slot's mode ("recency" / "reward") for plots and tests.
+  * ``add`` stores copies: a producer may reuse and edit its ``Rollout`` objects afterwards
+    (``copy=False`` hands over objects the caller made for the buffer alone). ``sample``
+    raises ``ValueError`` on an empty buffer (the trainer fills it first) and returns the
+    stored ``Rollout`` objects themselves: only the trainer's reference pass writes to them (it
+    fills ``ref_token_logps`` once, in place, so a row replayed again is not scored again).
+    ``last_modes`` records each slot's mode ("recency" / "reward") for plots and tests.
   * Checkpoints are plain containers, read with ``torch.load(weights_only=True)``.
 """
 
@@ -38,7 +44,7 @@ import numbers
 import os
 import warnings
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -106,6 +112,31 @@ def _as_dict(r: Rollout) -> dict:
             for v in (getattr(r, f),)}
 
 
+def _copied(v):
+    """A copy of a mutable field value (list, numpy array, tensor); anything else as it is."""
+    if type(v) is list:
+        return v.copy()
+    if isinstance(v, torch.Tensor):
+        return v.clone()
+    if isinstance(v, (list, np.ndarray)):
+        return v.copy()
+    return v
+
+
+def _owned(r: Rollout, memo: dict) -> Rollout:
+    """A copy of ``r`` whose mutable fields (its lists; a tensor or array a caller put there)
+    are copies. ``prompt_ids``, which a searcher's K responses to one prompt share, is copied
+    once per call (``memo``: id of the caller's list -> our copy) and stays shared.
+    About 1.2 us per rollout alone, most of it the list copies (``dataclasses.replace``: 5 us)."""
+    if type(r) is not Rollout:  # a subclass may add fields: copy them all, through replace()
+        return replace(r, **{f.name: _copied(getattr(r, f.name)) for f in fields(r)})
+    c = memo.get(id(r.prompt_ids))
+    if c is None:
+        c = memo[id(r.prompt_ids)] = _copied(r.prompt_ids)
+    return Rollout(r.prompt_id, c, _copied(r.response_ids), r.reward, _copied(r.ref_token_logps),
+                   _copied(r.behaviour_token_logps), r.version, r.created)
+
+
 def complete_groups(rollouts: Sequence[Rollout], group_size: int) -> list[Rollout]:
     """The rows of a prompt-major batch whose prompt still has all its ``group_size`` rows.
 
@@ -130,10 +161,23 @@ def complete_groups(rollouts: Sequence[Rollout], group_size: int) -> list[Rollou
     return out
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    """Numerically stable softmax of a 1-D float array."""
-    z = x - x.max()
-    e = np.exp(z)
+def reward_softmax(rewards, inv_temp: float) -> np.ndarray:
+    """softmax(inv_temp * rewards) over one prompt's items, computed as
+    exp(inv_temp * (r - max r)) / sum: the best item weighs exactly 1 before normalising, so the
+    result is finite and sums to 1 for any finite rewards and inv_temp >= 0 (an item whose
+    weight underflows gets probability exactly 0).
+
+    Args:
+        rewards: (n,) finite floats, n >= 1 (any array-like); inv_temp: finite, >= 0 (0: uniform).
+    Returns:
+        (n,) float64 probabilities.
+    Raises:
+        ValueError: ``rewards`` is empty (numpy's, from its max).
+    """
+    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
+    if inv_temp == 0:
+        return np.full(r.shape, 1.0 / r.size)
+    e = np.exp(inv_temp * (r - r.max()))  # exponents <= 0, the largest exactly 0
     return e / e.sum()
 
 
@@ -213,16 +257,22 @@ class ReplayBuffer:
         self.last_modes: list[str] = []
 
     # ------------------------------------------------------------------ adding
-    def add(self, rollouts: Sequence[Rollout]) -> int:
-        """Store rollouts; return how many were NEW token sequences for their prompt.
+    def add(self, rollouts: Sequence[Rollout], *, copy: bool = True) -> int:
+        """Store copies of the rollouts; return how many were NEW token sequences for their prompt.
 
-        With ``dedup``, a rollout whose ``response_ids`` are already stored for its prompt (or
-        appear earlier in the same call) replaces the old copy and is not counted; without it
-        every rollout is stored and counted. Every prompt that receives a rollout is marked
-        refreshed since the last sync.
+        The caller keeps its objects: editing or reusing them afterwards does not change what
+        the buffer holds (their lists, and a tensor or array in a field, are copied; a
+        ``prompt_ids`` list shared by several rollouts of the call is copied once and stays
+        shared). With ``dedup``, a rollout whose ``response_ids`` are already stored for its
+        prompt (or appear earlier in the same call) replaces the old copy and is not counted;
+        without it every rollout is stored and counted. Every prompt that receives a rollout
+        is marked refreshed since the last sync.
 
         Args:
             rollouts (list[Rollout]): items from a searcher, any order, any prompts.
+            copy (bool): False hands the objects themselves over, for a caller that made them
+                for the buffer alone and never touches them again (the trainer's rows, unpickled
+                from a searcher's queue; the simulator's); saves about 4 us per rollout.
 
         Returns:
             int: number of rollouts stored as new items (all of them without ``dedup``).
@@ -233,8 +283,11 @@ class ReplayBuffer:
         """
         for r in rollouts:  # validate everything first so a bad batch leaves no partial state
             _check_rollout(r)
+        memo: dict = {}  # the caller's lists -> our copies, for this call
         added = 0
         for r in rollouts:
+            if copy:
+                r = _owned(r, memo)  # the caller may reuse and edit its objects after this call
             dq = self._items.pop(r.prompt_id, None) or deque()
             self._items[r.prompt_id] = dq  # (re)insert at the most-recently-refreshed end
             key = tuple(r.response_ids)
@@ -333,20 +386,29 @@ class ReplayBuffer:
         return items + [items[i] for i in extra]
 
     def _by_reward(self, pid: int, k: int) -> list[Rollout]:
-        """Reward mode: k items of ``pid`` drawn w/o replacement from softmax(inv_temp * r)."""
+        """Reward mode: k items of ``pid`` drawn w/o replacement from softmax(inv_temp * r).
+
+        Successive sampling: each draw is :func:`reward_softmax` over the items not drawn yet,
+        from their own rewards. Renormalising the first draw's probabilities (the same law)
+        would divide 0 by 0 once every item left has underflowed, e.g. 0/1 rewards at inv_temp
+        1000. Each draw takes one uniform and the item that ``rng.choice`` over all n items,
+        the drawn ones at probability 0, would take (the same wherever nothing underflows)."""
         items = list(self._items[pid])
         n = len(items)
-        p = _softmax(self.inv_temp * np.array([it.reward for it in items], dtype=np.float64))
+        rewards = np.array([it.reward for it in items], dtype=np.float64)
         if n <= k:
             # every item once, then fill the remaining k - n rows with replacement
+            p = reward_softmax(rewards, self.inv_temp)
             idx = list(range(n)) + list(self._rng.choice(n, size=k - n, p=p))
             return [items[i] for i in idx]
+        alive = np.ones(n, dtype=bool)  # items not drawn yet
         idx = []
-        w = p.copy()
-        for _ in range(k):  # successive sampling: draw, remove, renormalise
-            i = int(self._rng.choice(n, p=w / w.sum()))
+        for _ in range(k):
+            left = np.flatnonzero(alive)
+            p = reward_softmax(rewards[left], self.inv_temp)  # over the items left: never 0/0
+            i = int(left[self._rng.choice(len(left), p=p)])
             idx.append(i)
-            w[i] = 0.0
+            alive[i] = False
         return [items[i] for i in idx]
 
     # ------------------------------------------------------------ inspection
@@ -423,8 +485,9 @@ class ReplayBuffer:
         self.max_prompts = fresh.max_prompts
         self.dedup = fresh.dedup
         self.recency_fallback = fresh.recency_fallback
+        memo: dict = {}  # the caller's lists stay the caller's: the buffer keeps copies
         self._items = {
-            int(pid): deque(Rollout(**r) for r in rows) for pid, rows in d["items"]
+            int(pid): deque(_owned(Rollout(**r), memo) for r in rows) for pid, rows in d["items"]
         }
         bad = sum(not finite_logprobs(r) for dq in self._items.values() for r in dq)
         if bad:  # a state saved before such rows were refused: never train on them

@@ -11,9 +11,10 @@ valid training data: search and learning need not wait for each other.
     python -m tba_lab.minimal --minutes 3 --seed 0 [--num-searchers 1] [--sync-period 1]
 
 ends with ``tb/async on arithmetic: held-out accuracy A% -> B% in N updates, S s``, the form of
-``tba-lab train``'s last line. Only the embedded model and the arithmetic task come from the
-library (``tba_lab.models.load_policy``, ``tba_lab.tasks.arithmetic``); the loss, the buffer,
-the searcher, the trainer and the sync are written out here.
+``tba-lab train``'s last line. Only the embedded model, the arithmetic task and the count
+of usable cores come from the library (``tba_lab.models.load_policy``, ``tba_lab.tasks.arithmetic``,
+``tba_lab.actors.placement.available_cores``); the loss, the buffer, the searcher, the trainer
+and the sync are written out here.
 
 Where this departs from the paper (the same choices as the library's defaults):
 * one trainer process on the CPU; searchers score their rows under the reference policy;
@@ -34,7 +35,6 @@ import dataclasses
 import inspect
 import math
 import multiprocessing as mp
-import os
 import queue
 import random
 import signal
@@ -168,7 +168,8 @@ class ReplayBuffer:
     def add(self, rows: list[Row]) -> None:
         for row in rows:
             group = self.groups.pop(row.prompt_id, [])  # re-inserted last: most recent
-            self.groups[row.prompt_id] = (group + [row])[-self.capacity:]
+            row = dataclasses.replace(row, prompt=list(row.prompt), response=list(row.response))
+            self.groups[row.prompt_id] = (group + [row])[-self.capacity:]  # a copy (callers reuse)
             self.fresh.add(row.prompt_id)
         while len(self.groups) > self.max_prompts:
             oldest = next(iter(self.groups))
@@ -183,7 +184,7 @@ class ReplayBuffer:
 
 
 def reward_weights(group: list, inv_temp: float) -> list:
-    """softmax(inv_temp * reward) over a prompt's rows (max subtracted: no overflow)."""
+    """softmax(inv_temp * reward) over the rows, max subtracted: no overflow, never all 0."""
     top = max(r.reward for r in group)
     w = [math.exp(inv_temp * (r.reward - top)) for r in group]
     return [x / sum(w) for x in w]
@@ -215,7 +216,7 @@ def sample_batch(groups: dict, fresh: set, num_prompts: int, k: int, recency_pro
             weights, rows = reward_weights(groups[pid], inv_temp), []
             order = list(range(len(groups[pid])))
             while order and len(rows) < k:                           # without replacement
-                i = rng.choices(order, weights=[weights[j] for j in order])[0]
+                i = rng.choices(order, reward_weights([groups[pid][j] for j in order], inv_temp))[0]
                 order.remove(i)
                 rows.append(groups[pid][i])
         while len(rows) < k:                                         # top the group up to K
@@ -249,8 +250,7 @@ class SharedWeights:
         """Copy the weights into ``model`` if a newer version than ``have`` is published;
         returns the version ``model`` now holds."""
         while True:
-            before = self.writes.value
-            version = self.version.value
+            before, version = self.writes.value, self.version.value  # writes first
             if version <= have:
                 return have
             if before % 2 == 0:
@@ -356,12 +356,12 @@ def evaluate(policy, tokenizer, task, problems: list, max_new_tokens: int) -> fl
 def train(s: Settings) -> dict:
     """Run asynchronous TBA for ``s.minutes``; returns a summary dict. Raises RuntimeError when
     every searcher has died; every searcher is stopped and joined before it returns or raises."""
+    from tba_lab.actors.placement import available_cores  # affinity and container CPU limits
     from tba_lab.models import load_policy
     from tba_lab.tasks.arithmetic import ArithmeticTask
 
     torch.manual_seed(s.seed)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(max(1, cores - s.num_searchers))           # the searchers take one each
+    torch.set_num_threads(max(1, available_cores() - s.num_searchers))  # searchers: one each
     policy, tokenizer = load_policy()
     policy.eval()  # no dropout: the loss scores what the searchers sampled
     task = ArithmeticTask()
@@ -433,8 +433,9 @@ def main(argv=None) -> dict:
     p.add_argument("--sync-period", type=int, default=Settings.sync_period)
     p.add_argument("--eval-size", type=int, default=Settings.eval_size)
     args = p.parse_args(argv)
-    if args.minutes <= 0 or args.num_searchers < 1 or args.sync_period < 1 or args.eval_size < 1:
-        p.error("--minutes must be > 0; --num-searchers, --sync-period and --eval-size >= 1")
+    if not 0 < args.minutes < math.inf or min(args.num_searchers, args.sync_period,
+                                                  args.eval_size) < 1:  # NaN fails 0 < x too
+        p.error("--minutes: finite and > 0; --num-searchers, --sync-period, --eval-size: >= 1")
     out = train(dataclasses.replace(Settings(), **vars(args)))
     print(f"tb/async on arithmetic: held-out accuracy {100 * out['accuracy_before']:.1f}% -> "
           f"{100 * out['accuracy_after']:.1f}% in {out['trainer_steps']} updates, "

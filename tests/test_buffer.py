@@ -437,3 +437,120 @@ def test_max_prompts_bounds_staleness_of_reward_mode():
     stale_u = [s for _ in range(50) for s in ReplayBuffer.staleness(unbounded.sample(8, 2), 200)]
     assert max(stale_b) <= 10
     assert max(stale_u) > 100
+
+
+# --------------------------------------------- softmax underflow in reward mode
+UNDERFLOW_SETTINGS = [  # (rewards of one prompt, inv_temp, K)
+    ([0, 1, 0, 0, 0, 0], 1000.0, 3),               # 0/1 rewards, one correct
+    ([-5.0, -0.2, -4.5, -4.8, -5.0, -4.0], 200.0, 4),  # red-teaming log-rewards in [-5, 0]
+    ([1, 0, 1, 1, 0, 0, 0], 1000.0, 5),            # three correct: then only zeros are left
+    ([0, 1, 0], 1000.0, 5),                        # fewer items than K: all once, then the best
+]
+
+
+@pytest.mark.parametrize("rewards, inv_temp, k", UNDERFLOW_SETTINGS)
+def test_reward_mode_survives_a_softmax_that_underflows(rewards, inv_temp, k):
+    """Every weight but the best is exactly 0 in float64 (after muzero-general#111, tinygrad
+    PR 7515): once the best is drawn without replacement, the next draws follow the softmax of
+    the rows left, computed from their rewards (the exact successive-sampling law), so the best
+    of the rest comes next and tied rows are equally likely; never a NaN probability."""
+    buf = ReplayBuffer(capacity_per_prompt=16, recency_prob=0.0, inv_temp=inv_temp, seed=0)
+    buf.add([ro(0, [j], reward=r) for j, r in enumerate(rewards)])
+    order = sorted(range(len(rewards)), key=lambda j: -rewards[j])
+    tail = Counter()
+    for _ in range(600):
+        got = [r.response_ids[0] for r in buf.sample(1, k)]
+        if len(rewards) < k:  # all items once, then the top-up draws the best (p = 1 in float64)
+            assert sorted(got[:len(rewards)]) == list(range(len(rewards)))
+            assert got[len(rewards):] == [order[0]] * (k - len(rewards))
+            continue
+        assert len(set(got)) == k  # without replacement
+        assert [rewards[j] for j in got] == sorted(rewards, reverse=True)[:k]  # best first
+        tail.update(j for j in got if rewards[j] == rewards[got[-1]])
+    if rewards == [1, 0, 1, 1, 0, 0, 0]:  # the 4 zeros share the last 2 rows uniformly
+        zeros = [j for j, r in enumerate(rewards) if r == 0]
+        assert chi2_pvalue([tail[j] for j in zeros], np.ones(len(zeros))) > 1e-3
+        assert sum(tail[j] for j in zeros) == 2 * 600
+
+
+def test_reward_mode_draws_are_unchanged_at_ordinary_temperatures():
+    """The log-space sampler draws what successive sampling from softmax(inv_temp * r),
+    renormalised over the full weight vector, draws with the same seed: one uniform per draw,
+    the same item (the default run's batches do not change)."""
+    rewards = [0.0, 1.0, 0.3, -0.7, 2.0, 1.0, 0.0, 0.5]
+    for inv_temp in (0.0, 1.0, 3.0):
+        buf = ReplayBuffer(capacity_per_prompt=16, recency_prob=0.0, inv_temp=inv_temp, seed=9)
+        buf.add([ro(0, [j], reward=r) for j, r in enumerate(rewards)])
+        rng = np.random.default_rng(9)
+        for _ in range(300):
+            got = [r.response_ids[0] for r in buf.sample(1, 4)]
+            rng.random()  # the slot's recency coin
+            rng.integers(1)  # the prompt (one stored)
+            w = softmax(inv_temp * np.array(rewards))
+            want = []
+            for _ in range(4):
+                i = int(rng.choice(len(rewards), p=w / w.sum()))
+                want.append(i)
+                w[i] = 0.0
+            assert got == want
+
+
+# ------------------------------------------------- the buffer owns what it stores
+def test_add_stores_copies_the_producer_cannot_change():
+    """A producer that reuses its Rollout, edits it after ``add`` and adds it again stores two
+    responses, and the first is as it was added (after Muesli-lunarlander#1)."""
+    buf = ReplayBuffer(capacity_per_prompt=8)
+    r = ro(0, [1, 2], reward=0.0)
+    buf.add([r])
+    r.response_ids[0] = 9           # edited in place ...
+    r.response_ids.append(3)
+    r.behaviour_token_logps[:] = [-0.5, -0.5, -0.5]
+    r.ref_token_logps.append(-1.0)
+    r.prompt_ids[0] = 0
+    r.reward, r.version = 1.0, 4    # ... and reassigned
+    assert buf.items(0)[0].response_ids == [1, 2]  # the stored row did not move
+    buf.add([r])
+    got = [(x.response_ids, x.reward, x.version, x.prompt_ids, x.behaviour_token_logps,
+            x.ref_token_logps) for x in buf.items(0)]
+    assert got == [([1, 2], 0.0, 0, [100, 7], [-1.5, -1.5], [-1.0, -1.0]),
+                   ([9, 2, 3], 1.0, 4, [0, 7], [-0.5, -0.5, -0.5], [-1.0, -1.0, -1.0])]
+    r.response_ids.clear()
+    assert [x.response_ids for x in buf.items(0)] == [[1, 2], [9, 2, 3]]
+    # sample returns the buffer's own rows: a reference pass that fills one in place is kept
+    s = ReplayBuffer(capacity_per_prompt=4, recency_prob=1.0)
+    s.add([ro(3, [5])])
+    row = s.sample(1, 1)[0]
+    row.ref_token_logps = [-2.5]
+    assert s.items(3)[0].ref_token_logps == [-2.5]
+    assert s.discard([row]) == 1 and len(s) == 0
+    # copy=False: a caller that made the rows for the buffer alone hands them over
+    mine = ro(4, [6])
+    s.add([mine], copy=False)
+    assert s.items(4)[0] is mine
+
+
+def test_add_copies_shared_lists_once_per_call():
+    """The K rows of one prompt share their prompt's token list (a searcher's batch does); the
+    stored copies share one copy of it, not K, and not the caller's."""
+    prompt = [100, 7]
+    rows = [ro(0, [j]) for j in range(4)]
+    for r in rows:
+        r.prompt_ids = prompt
+    buf = ReplayBuffer(capacity_per_prompt=8)
+    buf.add(rows)
+    stored = buf.items(0)
+    assert all(x.prompt_ids is stored[0].prompt_ids for x in stored)
+    assert stored[0].prompt_ids is not prompt and stored[0].prompt_ids == [100, 7]
+
+
+def test_load_state_dict_does_not_keep_the_callers_lists():
+    buf = _filled(3)
+    state = buf.state_dict()
+    restored = ReplayBuffer()
+    restored.load_state_dict(state)
+    before = [key(r) for p in restored.prompt_ids() for r in restored.items(p)]
+    for _, rows in state["items"]:
+        for r in rows:
+            r["response_ids"].append(99)
+            r["behaviour_token_logps"].append(0.0)
+    assert [key(r) for p in restored.prompt_ids() for r in restored.items(p)] == before

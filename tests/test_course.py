@@ -345,3 +345,52 @@ ALGORITHM_EXERCISES = {
 def test_two_thirds_of_the_exercises_are_algorithm_code():
     assert ALGORITHM_EXERCISES <= set(EXERCISES), sorted(ALGORITHM_EXERCISES - set(EXERCISES))
     assert 3 * len(ALGORITHM_EXERCISES) >= 2 * len(EXERCISES), (len(ALGORITHM_EXERCISES), len(EXERCISES))
+
+
+def test_sampler_checker_fails_a_sampler_whose_softmax_underflows(capsys):
+    """03.sample_batch: a sampler that zeroes each drawn row's first-draw weight (instead of
+    taking the softmax over the rows left) is right at ordinary inv_temp but raises at 1000
+    with 0/1 rewards, where every weight but the best is exactly 0 (after muzero-general#111);
+    the checker must fail it, and its exact probabilities must survive the underflow too."""
+    import random
+
+    import numpy as np
+
+    from tba_lab.lab.course.nb03 import (_rows, inclusion_probabilities, reward_probabilities,
+                                         reward_weights_solution)
+
+    def zeroing(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng):
+        batch, used = [], set()
+        for _ in range(num_prompts):
+            if len(used) == len(groups):
+                used = set()
+            fresh_left = [p for p in groups if p in fresh and p not in used]
+            if fresh_left and rng.random() < recency_prob:
+                pid = rng.choice(fresh_left)
+                rows = list(groups[pid][-k:])
+            else:
+                pid = rng.choice([p for p in groups if p not in used])
+                w = list(reward_weights_solution([r.reward for r in groups[pid]], inv_temp))
+                rows = []
+                while len(rows) < min(k, len(groups[pid])):
+                    i = rng.choices(range(len(w)), weights=w)[0]
+                    rows.append(groups[pid][i])
+                    w[i] = 0.0
+            w = list(reward_weights_solution([r.reward for r in groups[pid]], inv_temp))
+            while len(rows) < k:
+                rows.append(rng.choices(groups[pid], weights=w)[0])
+            batch += rows
+            used.add(pid)
+        return batch
+
+    ordinary = zeroing({0: _rows(0, [0, 1, 0, 1, 1, 0])}, set(), 1, 3, 0.0, 1.5, random.Random(0))
+    assert len({id(x) for x in ordinary}) == 3  # fine while no weight underflows
+    assert check("03.sample_batch", EXERCISES["03.sample_batch"].solution)
+    assert "PASS" in capsys.readouterr().out
+    assert not check("03.sample_batch", zeroing)
+    assert "Total of weights must be greater than zero" in capsys.readouterr().out
+    r = [0, 1, 0, 1, 1, 0]
+    assert np.allclose(inclusion_probabilities(reward_probabilities(r, 1000.0), 4),
+                       [1 / 3, 1, 1 / 3, 1, 1, 1 / 3])
+    redteam = 200.0 * np.array([-5, -0.2, -4.5, -4.8, -5])  # the two -5 rows tie for the last
+    assert np.allclose(inclusion_probabilities(None, 4, logits=redteam), [0.5, 1, 1, 1, 0.5])

@@ -27,7 +27,8 @@ SOURCE = ROOT / "tba_lab" / "minimal.py"
 
 
 def test_one_sitting_and_its_own_algorithm():
-    """At most 450 lines; from the library only the embedded model and the arithmetic task."""
+    """At most 450 lines; from the library only the embedded model, the arithmetic task and
+    the usable core count."""
     assert len(SOURCE.read_text().splitlines()) <= 450
     imported = set()
     for node in ast.walk(ast.parse(SOURCE.read_text())):
@@ -36,7 +37,8 @@ def test_one_sitting_and_its_own_algorithm():
         elif isinstance(node, ast.Import):
             imported.update(a.name for a in node.names)
     ours = {m for m in imported if m.startswith("tba_lab")}
-    assert ours == {"tba_lab.models", "tba_lab.tasks.arithmetic", "tba_lab.minimal"}, ours
+    assert ours == {"tba_lab.models", "tba_lab.tasks.arithmetic", "tba_lab.actors.placement",
+                    "tba_lab.minimal"}, ours
 
 
 def test_tb_loss_hand_computed():
@@ -153,6 +155,36 @@ def test_buffer_keeps_the_newest_rows_of_the_most_recent_prompts():
     buf.mark_sync()
     buf.add([row(2, 0)])  # a third prompt: prompt 0, refreshed least recently, is forgotten
     assert list(buf.groups) == [1, 2] and buf.fresh == {2} and len(buf) == 2
+
+
+def test_sampler_survives_a_softmax_that_underflows():
+    """inv_temp 1000 on 0/1 rewards (and 200 on rewards in [-5, 0]): every weight but the best
+    is exactly 0 (after muzero-general#111). Drawn without replacement, the next rows follow
+    the softmax of the rows left: the best of those, never an error."""
+    for rewards, inv_temp in (([0.0, 1.0, 0.0, 0.0], 1000.0), ([-5.0, -0.5, -3.0, -4.0], 200.0)):
+        groups = {0: [R(r, i) for i, r in enumerate(rewards)]}
+        rows = minimal.sample_batch(groups, set(), 1, 3, 0.0, inv_temp, random.Random(0))
+        best = sorted(range(4), key=lambda i: -rewards[i])
+        assert [r.tag for r in rows][0] == best[0] and len({r.tag for r in rows}) == 3
+        if len(set(rewards)) == 4:  # distinct rewards: the order is the rewards' order
+            assert [r.tag for r in rows] == best[:3]
+
+
+def test_buffer_stores_copies_of_the_rows_it_is_given():
+    """A producer that edits and adds its row again stores two rows (after Muesli-lunarlander#1)."""
+    buf, row = minimal.ReplayBuffer(capacity=4, max_prompts=2), minimal.Row(0, [1], [2], 0, 0, 0)
+    buf.add([row])
+    row.response.append(3)
+    row.reward = 1.0
+    buf.add([row])
+    assert [(r.response, r.reward) for r in buf.groups[0]] == [([2], 0.0), ([2, 3], 1.0)]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_minutes_must_be_finite_and_positive(value, capsys):
+    with pytest.raises(SystemExit):
+        minimal.main(["--minutes", value])
+    assert "--minutes: finite and > 0" in capsys.readouterr().err
 
 
 def test_weight_sync_publishes_versions_and_never_returns_a_torn_copy():

@@ -533,7 +533,7 @@ def simulate(gen_seconds: float, score_seconds: float, update_seconds: float, *,
         nonlocal batches, fresh, pending_ref
         while queue:
             i, version, rows = queue.popleft()
-            buffer.add(rows)
+            buffer.add(rows, copy=False)  # rows made for the buffer alone
             batches += 1
             if reference_pass == "trainer_drained":
                 pending_ref += ref_seconds  # one pass per message, as Feed.next_batch

@@ -26,7 +26,7 @@ from collections import Counter
 
 import numpy as np
 
-from tba_lab.buffer import ReplayBuffer, Rollout, _softmax
+from tba_lab.buffer import ReplayBuffer, Rollout, reward_softmax
 from tba_lab.lab.course import Exercise
 
 
@@ -42,7 +42,7 @@ def fake_rollout(prompt_id: int, response_ids, reward: float = 0.0, version: int
 
 def reward_probabilities(rewards, inv_temp: float) -> np.ndarray:
     """softmax(inv_temp * rewards) as the buffer's reward mode uses it (float64, sums to 1)."""
-    return _softmax(float(inv_temp) * np.asarray(rewards, dtype=np.float64).reshape(-1))
+    return reward_softmax(rewards, float(inv_temp))
 
 
 def prompt_probabilities(num_prompts: int, refreshed, recency_prob: float) -> np.ndarray:
@@ -62,26 +62,44 @@ def prompt_probabilities(num_prompts: int, refreshed, recency_prob: float) -> np
     return p
 
 
-def inclusion_probabilities(p, k: int) -> np.ndarray:
+def inclusion_probabilities(p, k: int, logits=None) -> np.ndarray:
     """Exact probability that each item is among ``k`` successive draws without replacement
-    (draw from ``p``, remove the item, renormalise, draw again), by enumerating every ordered
-    draw sequence. Fine for the handful of items of a demo (n!/(n-k)! sequences)."""
-    p = np.asarray(p, dtype=np.float64)
-    n = len(p)
+    (draw, remove the item, draw again from the items left, renormalised), by enumerating every
+    ordered draw sequence. Fine for the handful of items of a demo (n!/(n-k)! sequences).
+
+    Args:
+        p: (n,) probabilities of the first draw, e.g. :func:`reward_probabilities`.
+        k: number of draws.
+        logits: optional (n,) ``inv_temp * reward``; each draw is then the softmax of the
+            logits of the items left, as the buffer draws, exact even where ``p`` underflowed
+            to 0 (``p`` is then unused). Without them a draw renormalises ``p`` over the items
+            left, and when all of those have ``p == 0`` it takes them uniformly (the buffer's
+            draw when their rewards tie).
+    Returns:
+        (n,) float64, each in [0, 1], summing to ``min(k, n)``.
+    """
+    with np.errstate(divide="ignore"):  # log(0) = -inf: an item the first draw cannot take
+        z = np.log(np.asarray(p, dtype=np.float64)) if logits is None else \
+            np.asarray(logits, dtype=np.float64)
+    n = len(z)
     if k >= n:
         return np.ones(n)
     out = np.zeros(n)
 
-    def walk(chosen: list[int], prob: float, left: float) -> None:
+    def walk(chosen: list[int], prob: float) -> None:
         if len(chosen) == k:
             out[chosen] += prob
             return
-        for i in range(n):
-            if i not in chosen and p[i] > 0:
-                walk(chosen + [i], prob * p[i] / left, left - p[i])
+        left = [i for i in range(n) if i not in chosen]
+        zl = z[left]
+        q = np.full(len(left), 1.0 / len(left)) if np.isneginf(zl).all() else np.exp(zl - zl.max())
+        q = q / q.sum()
+        for i, qi in zip(left, q):
+            if qi > 0:
+                walk(chosen + [i], prob * qi)
 
-    walk([], 1.0, 1.0)
-    return out
+    walk([], 1.0)
+    return np.minimum(out, 1.0)  # a sure item sums to 1 + rounding
 
 
 def single_draw_probabilities(buffer: ReplayBuffer) -> list[tuple[Rollout, float]]:
@@ -129,7 +147,7 @@ def gap_in_standard_errors(measured, expected, n_draws: int) -> float:
     infinity otherwise). Chance alone gives values up to about 3 over a few dozen bars; a
     sampler that follows the wrong distribution gives far more with thousands of draws."""
     m = np.asarray(measured, dtype=np.float64)
-    p = np.asarray(expected, dtype=np.float64)
+    p = np.clip(np.asarray(expected, dtype=np.float64), 0.0, 1.0)  # 1 + rounding would give NaN
     se = np.sqrt(p * (1 - p) / n_draws)
     gap = np.abs(m - p)
     z = np.where(se > 0, gap / np.where(se > 0, se, 1.0), np.where(gap > 1e-12, np.inf, 0.0))
@@ -344,7 +362,10 @@ def sample_batch_stub(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng
     * with probability ``recency_prob`` (m), when an unused fresh prompt exists: one of them,
       uniformly, and its K NEWEST rows;
     * otherwise: any unused prompt, uniformly, and K of its rows drawn WITHOUT replacement with
-      probabilities softmax(inv_temp * reward) over its rows (draw one, remove it, draw again);
+      probabilities softmax(inv_temp * reward) over its rows (draw one, remove it, draw again
+      from the softmax over the rows left). ``inv_temp`` may be large: at 1000 with 0/1 rewards
+      every weight but the best is exactly 0 in floating point, and the rows left after the
+      best must still be drawable;
     * a prompt with fewer than K rows gives all of them, then rows drawn WITH replacement
       (softmax(inv_temp * reward)) until the group has K rows.
 
@@ -425,6 +446,11 @@ def _sample_batch_scenarios():
     g = {p: _rows(p, [0, 1]) for p in range(3)}                     # B > prompts: start over
     out.append(("prompts distinct (3 prompts, fresh {1}, m = 1, B = 5, K = 2)", g, {1}, 5, 2, 1.0,
                 0.0, 1500, np.array([0.5, 0.5, 0.5, 0.5]), "slots", "distinct_prompts"))
+    u = [0, 1, 0, 1, 1, 0]  # softmax underflow: after the three 1s, the weights left are 0
+    out.append(("reward mode, 6 rows, K = 4, inv_temp = 1000 (the 0-reward rows underflow)",
+                {0: _rows(0, u)}, set(), 1, 4, 0.0, 1000.0, 600,
+                inclusion_probabilities(None, 4, logits=1000.0 * np.array(u, dtype=float)),
+                "inclusion", "distinct"))
     return out
 
 
