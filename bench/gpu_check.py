@@ -427,7 +427,9 @@ def main(argv=None) -> int:
         props = torch.cuda.get_device_properties(0)
         report.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2 ** 30, 1),
                       cuda=torch.version.cuda)
-    torch.set_num_threads(1 if dry else min(8, os.cpu_count() or 1))
+    from tba_lab.actors.placement import available_cores
+
+    torch.set_num_threads(1 if dry else min(8, available_cores()))  # a CPU quota included
     ctx: dict = {"device": device, "timeout": 120.0}
     kids = None
 

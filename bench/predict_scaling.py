@@ -237,7 +237,9 @@ def measure(path: Path, devices: list[str], threads: list[int], contention: bool
         if contention:
             t0 = time.time()
             if device == "cpu":
-                gens = min(8, max(1, (os.cpu_count() or 2) - 1))
+                from tba_lab.actors.placement import available_cores
+
+                gens = min(8, max(1, available_cores() - 1))  # one core left for the trainer
                 phases = [[1], [0], [0, 1], list(range(min(5, gens + 1))), list(range(gens + 1))]
             else:
                 gens = 6

@@ -399,10 +399,9 @@ def environment(dry: bool) -> dict:
 
     env = {"cpu_count": os.cpu_count(), "python": sys.version.split()[0],
            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    try:
-        env["cores_usable"] = len(os.sched_getaffinity(0))
-    except AttributeError:
-        pass
+    from tba_lab.actors.placement import available_cores
+
+    env["cores_usable"] = available_cores()  # affinity mask under any CPU quota: what a run plans for
     for pkg in ("torch", "transformers"):
         try:
             env[pkg] = md.version(pkg)

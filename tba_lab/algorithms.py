@@ -299,7 +299,9 @@ class GRPOConfig:
     epsilon: float = 0.2                # PPO clip range for the importance ratio
     loss_type: str = "grpo"             # "grpo" | "bnpo" | "dr_grpo" aggregation (losses.grpo_loss)
     scale_rewards: str = "group"        # "group" | "batch" | "none" std division of advantages
-    kl_estimator: str = "k3"            # "k1" | "k3"
+    kl_estimator: str = "k3"            # "k3": in the loss per token (TRL's); "k1": in the reward (REINFORCE, arXiv 2512.21852)
+
+    inf_means_no_limit = {"epsilon": "the importance ratio is never clipped"}  # config.check_finite
 
     def validate(self) -> None:
         check_choice(self.loss_type, GRPO_LOSS_TYPES, "grpo.loss_type")
@@ -332,7 +334,8 @@ class GRPO(Algorithm):
         return grpo_loss(batch.token_logps, batch.behaviour_token_logps, batch.ref_token_logps,
                          adv, batch.mask, clip_eps=o.epsilon, beta=o.beta,
                          kl_estimator=o.kl_estimator, loss_type=self.loss_type,
-                         max_completion_length=self.cfg.model.max_new_tokens)
+                         max_completion_length=self.cfg.model.max_new_tokens,
+                         group_size=batch.group_size)
 
 
 @ALGORITHMS.register
@@ -352,6 +355,8 @@ class DrGRPO(GRPO):
 class RLOOConfig:
     beta: float = 0.05                  # KL coefficient, folded into the reward (TRL's RLOOConfig default)
     epsilon: float = 0.2                # PPO clip range of the per-token ratio (off-policy data)
+
+    inf_means_no_limit = {"epsilon": "the importance ratio is never clipped"}  # config.check_finite
 
     def validate(self) -> None:
         check(self.beta >= 0, f"rloo.beta={self.beta}: must be >= 0 (0 = no KL term)")

@@ -220,6 +220,12 @@ def _eval(args) -> int:
     except (ConfigError, FileNotFoundError) as e:
         print(f"tba-lab eval: {_one_line(e)}", file=sys.stderr)
         return 2
+    import torch
+
+    from tba_lab.actors.placement import available_cores
+
+    # torch starts one thread per core of the machine; a container's CPU quota allows fewer
+    torch.set_num_threads(min(torch.get_num_threads(), available_cores()))
     model, tokenizer = load_policy(cfg.model.path)
     model.eval()
     task = make_task(cfg)
@@ -275,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--model", help="starting policy folder (default: the embedded tiny model)")
     t.add_argument("--report-to", nargs="+", metavar="NAME", help="live dashboards: tensorboard "
                    "(event files in OUTPUT_DIR/tensorboard), wandb, trackio, or none")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar or status lines")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar, status lines or "
+                   "interim evaluation lines: only warnings and the final summary line print")
     t.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its checkpoint.pt "
                    "(its config.yaml; flags such as --max-minutes or --max-steps extend it)")
     t.set_defaults(func=_train)

@@ -143,7 +143,7 @@ class RunConfig:
     seed: int = 0                       # seeds the trainer, the searchers and the buffer
     log_every: int = 1                  # metrics.jsonl (and report_to) every this many updates
     report_to: list = field(default_factory=list)  # live dashboards (TRL's option): tensorboard | wandb | trackio
-    status_every_seconds: float = 30.0  # outside a terminal or notebook: one status line this often
+    status_every_seconds: float = 30.0  # no terminal or live notebook (pipe, papermill): a status line this often
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
@@ -409,6 +409,80 @@ def write_yaml(cfg: RunConfig, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
+# Core float options where +inf reads as "no limit" in the code that uses them (the same as 0
+# for each): every other float option must be finite, and none may be NaN or -inf. A registered
+# section's dataclass names its own in a class attribute ``inf_means_no_limit`` ({field: what
+# +inf means}), e.g. ``grpo.epsilon``.
+INF_MEANS_NO_LIMIT = {
+    "status_every_seconds": "no status lines",
+    "task.eval_every_seconds": "no interim evaluation",
+    "training.save_seconds": "no checkpoint by time",
+    "async.searcher_timeout": "a silent searcher never counts as hung",
+    "training.max_grad_norm": "no gradient clipping",
+}
+
+
+def inf_means_no_limit() -> dict[str, str]:
+    """``{dotted option: what +inf means}`` of every float option that takes +inf: the core
+    ones (:data:`INF_MEANS_NO_LIMIT`) and those the registered sections declare."""
+    out = dict(INF_MEANS_NO_LIMIT)
+    for key, cls in section_classes().items():
+        out.update({f"{key}.{f}": what for f, what in getattr(cls, "inf_means_no_limit", {}).items()})
+    return out
+
+
+def _float_options(cfg) -> list[tuple[str, float]]:
+    """``(dotted name, value)`` of every float value in ``cfg``: the top-level fields, the core
+    sections and every registered section."""
+    out = []
+
+    def add(prefix: str, obj) -> None:
+        out.extend((prefix + f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                   if isinstance(getattr(obj, f.name), float))
+
+    add("", cfg)  # model, task, ... and sections are not floats: skipped
+    for key in _CORE_SECTIONS:
+        add(f"{'async' if key == 'async_' else key}.", getattr(cfg, key))
+    for key, section in cfg.sections.items():
+        if dataclasses.is_dataclass(section):
+            add(f"{key}.", section)
+    return out
+
+
+def check_finite(cfg) -> None:
+    """:class:`ConfigError` naming the first float option of ``cfg`` that is NaN or -inf, or
+    +inf where +inf is not "no limit" (:data:`INF_MEANS_NO_LIMIT`). YAML spells these ``.nan``,
+    ``.inf`` and ``-.inf``; a comparison such as ``beta > 0`` lets +inf through.
+
+    Raises:
+        ConfigError: the message names the option, the value and the fix.
+    """
+    import math
+
+    no_limit = inf_means_no_limit()
+    for name, value in _float_options(cfg):
+        if math.isfinite(value) or (name in no_limit and value == math.inf):
+            continue
+        fix = f"; +inf is allowed here ({no_limit[name]})" if name in no_limit else ""
+        default = _default_of(name)
+        hint = f", e.g. the default {default!r}" if isinstance(default, (int, float)) else ""
+        raise ConfigError(f"{name}={value}: give a finite number{hint} (YAML's .nan, .inf and "
+                          f"-.inf are not values of this option){fix}")
+
+
+def _default_of(name: str):
+    """The default of option ``name`` (dotted, as YAML nests it), or None if unknown."""
+    section, _, field = name.rpartition(".")
+    if not section:
+        cls = RunConfig
+    elif section in ("async", *_CORE_SECTIONS):
+        cls = _CORE_SECTIONS["async_" if section == "async" else section]
+    else:
+        cls = section_classes().get(section)
+    fields = {f.name: f for f in dataclasses.fields(cls)} if cls else {}
+    return fields[field].default if field in fields else None
+
+
 def check(ok: bool, msg: str) -> None:
     """Raise :class:`ConfigError` with ``msg`` (which names the field and the fix) unless ``ok``."""
     if not ok:
@@ -443,12 +517,14 @@ def _check_device(value, name: str) -> None:
 def validate(cfg: RunConfig) -> RunConfig:
     """Check every field's range; raise :class:`ConfigError` naming the field and the fix.
 
-    Core sections are checked here; each registered section by its own ``validate()``, and the
+    Every float option must be finite (:func:`check_finite`; +inf only where it means no
+    limit, :func:`inf_means_no_limit`). Core sections are checked here; each registered section by its own ``validate()``, and the
     chosen algorithm, task, generation backend and launcher by their ``check_config(cfg)``
     (cross-section rules, data paths, an optional extra that is not installed).
     """
     for registry, value in _chosen(cfg):
         check_choice(value, registry.names(), registry.config_key)
+    check_finite(cfg)
     if not cfg.model.path:  # "" = the task's embedded starting policy (Task.default_model)
         from tba_lab.tasks import embedded_model_dir
 

@@ -15,7 +15,9 @@ What is here (pure tensor functions, no model calls, all differentiable where th
   linear KL-coefficient anneal used in the paper's experiments.
 * The GRPO family (Shao et al. 2024, arXiv 2402.03300; Dr. GRPO, Liu et al. 2025,
   arXiv 2503.20783): ``group_advantages``, ``kl_penalty`` (Schulman's k1 / k3 estimators),
-  ``grpo_loss`` with PPO clipping and the "grpo" / "bnpo" / "dr_grpo" aggregations.
+  ``grpo_loss`` with PPO clipping and the "grpo" / "bnpo" / "dr_grpo" aggregations; its KL
+  term is k3 in the loss or k1 in the reward (never k1 in the loss: its gradient is zero in
+  expectation, Shah et al., "A Comedy of Estimators", arXiv 2512.21852).
 * RLOO (Ahmadian et al. 2024, arXiv 2402.14740; TBA paper's RLOO baseline, KL folded into the
   reward as in its Eq. 6): ``rloo_advantages`` and ``rloo_loss``.
 * Online DPO (Guo et al. 2024, arXiv 2402.04792): ``dpo_pairs`` (best / worst response of each
@@ -421,6 +423,12 @@ def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k
         ref_logps: same shape, reference token log-probs.
         estimator: 'k1' or 'k3'.
 
+    Both are unbiased VALUES of the KL; their gradients differ. Added to a loss on samples of
+    pi, k1's gradient is grad log pi, zero in expectation: it does not pull pi to pi_ref. k1
+    belongs in the reward, detached (REINFORCE; an unbiased gradient of KL(pi || pi_ref)), as
+    ``grpo_loss`` and ``rloo_advantages`` use it; k3 in a loss pulls pi to pi_ref (its gradient
+    is that of KL(pi_ref || pi), Shah et al. 2025, arXiv 2512.21852).
+
     Returns:
         Tensor of the input shape. Not masked: apply the response mask downstream.
 
@@ -439,15 +447,25 @@ def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k
 def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, ref_token_logps,
               advantages: torch.Tensor, mask: torch.Tensor, clip_eps: float = 0.2,
               beta: float = 0.04, kl_estimator: str = "k3", loss_type: str = "grpo",
-              max_completion_length=None):
+              max_completion_length=None, group_size: int | None = None):
     """GRPO loss with PPO clipping (Shao et al. 2024, Eq. 3) and its aggregation variants.
 
         ratio     = exp(log pi_theta - log pi_behaviour)                     per token
-        per_token = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) + beta * KL_token
+        per_token = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) + beta * k3_token  (k3)
+        per_token = -min(ratio * A', clip(ratio, 1 - eps, 1 + eps) * A')                  (k1)
+        A'_i      = A_i - beta * (k1_i - b_i),   k1_i = sum_t sg[log pi_theta - log pi_ref]
 
     ``behaviour_token_logps`` are the BEHAVIOUR policy's log-probs (the policy that sampled the
     data), given as data and detached here. The KL term is skipped when beta == 0 or
     ``ref_token_logps`` is None.
+
+    Where the KL goes depends on the estimator (Shah et al. 2025, "A Comedy of Estimators",
+    arXiv 2512.21852). k3 is added to the loss per token, as TRL does. k1 goes into the reward:
+    its sequence sum under the current policy, detached, with a leave-one-out baseline b_i
+    (the mean k1 of the other rows of row i's group of ``group_size``, or of the whole batch
+    when ``group_size`` is None), so the term's gradient is the REINFORCE estimate of
+    grad KL(pi || pi_ref) (unbiased on-policy, importance-weighted by the ratio off-policy). As
+    a loss k1 would give grad log pi, zero in expectation: no pull to the reference.
 
     Aggregation (``loss_type``):
         'grpo'    mean over sequences of each sequence's masked token mean (original GRPO;
@@ -467,6 +485,8 @@ def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, re
         kl_estimator: 'k1' or 'k3'.
         loss_type: 'grpo', 'bnpo' or 'dr_grpo'.
         max_completion_length: normaliser for 'dr_grpo'; defaults to T.
+        group_size: K, for k1's leave-one-out baseline within each prompt's group (rows
+            prompt-major); None = over the whole batch.
 
     Returns:
         (loss, info): loss is a 0-dim tensor; info holds python floats
@@ -477,7 +497,8 @@ def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, re
 
     Raises:
         ValueError: unknown loss_type or kl_estimator (lists allowed values); shapes differ;
-            advantages not (N,); clip_eps < 0, beta < 0; max_completion_length < 1.
+            advantages not (N,); clip_eps < 0, beta < 0; max_completion_length < 1; N not a
+            multiple of ``group_size``.
     """
     if loss_type not in GRPO_LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {GRPO_LOSS_TYPES}, got {loss_type!r}")
@@ -500,16 +521,21 @@ def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, re
     if max_completion_length < 1:
         raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length!r}")
 
-    adv = advantages.to(token_logps.dtype).unsqueeze(1)                    # (N, 1)
+    in_reward = kl_estimator == "k1"
+    kl = None
+    if ref_token_logps is not None:
+        kl = kl_penalty(token_logps.detach() if in_reward else token_logps,
+                        ref_token_logps.detach(), kl_estimator)            # (N, T)
+    adv = advantages.to(token_logps.dtype)                                 # (N,)
+    if kl is not None and beta != 0 and in_reward:
+        seq_kl = masked_sum(kl, mask)                                      # (N,), detached
+        adv = adv - beta * (seq_kl - _leave_one_out_mean(seq_kl, group_size or n))
+    adv = adv.unsqueeze(1)                                                 # (N, 1)
     ratio = torch.exp(token_logps - behaviour_token_logps.detach())        # (N, T)
     clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
     per_token = -torch.min(ratio * adv, clipped * adv)                     # (N, T)
-
-    kl = None
-    if ref_token_logps is not None:
-        kl = kl_penalty(token_logps, ref_token_logps.detach(), kl_estimator)  # (N, T)
-        if beta != 0:
-            per_token = per_token + beta * kl
+    if kl is not None and beta != 0 and not in_reward:
+        per_token = per_token + beta * kl
 
     if loss_type == "grpo":
         loss = masked_mean(per_token, mask, dim=1).mean()
@@ -526,6 +552,16 @@ def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, re
             "ratio_mean": masked_mean(ratio, mask).item(),
         }
     return loss, info
+
+
+def _leave_one_out_mean(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(N,) mean of the OTHER rows of each row's group of ``group_size`` (prompt-major); 0 for
+    a group of one (no other row). ValueError if N is not a multiple of ``group_size``."""
+    b = _check_group_layout(x.shape[0], group_size)
+    if group_size < 2:
+        return torch.zeros_like(x)
+    grouped = x.view(b, group_size)                                        # (B, K)
+    return ((grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)).reshape(-1)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -284,27 +284,54 @@ def _grpo_inputs():
 def test_grpo_aggregations_hand_computed():
     logp, ref, adv, mask = _grpo_inputs()
     beta = 0.5
-    # old == current -> ratio 1 -> per_token = -A + beta * k1
-    #   seq0: -1 + 0.5*[0.2, 0.4, -0.3] = [-0.9, -0.8, -1.15]   (sum -2.85, mean -0.95)
-    #   seq1: 2 + 0.5*0.6              = [2.3]                  (sum  2.3,  mean  2.3)
-    kw = dict(beta=beta, kl_estimator="k1")
+    # old == current -> ratio 1 -> per_token = -A + beta * k3,  k3 = exp(-k1) + k1 - 1
+    k3 = [[math.exp(-d) + d - 1 for d in row] for row in ([0.2, 0.4, -0.3], [0.6])]
+    seq0 = [-1 + beta * k for k in k3[0]]
+    seq1 = [2 + beta * k3[1][0]]
+    kw = dict(beta=beta, kl_estimator="k3")
     grpo, info = grpo_loss(logp, logp.detach(), ref, adv, mask, loss_type="grpo", **kw)
-    assert grpo.item() == pytest.approx((-0.95 + 2.3) / 2)                 # 0.675
+    assert grpo.item() == pytest.approx((sum(seq0) / 3 + seq1[0]) / 2)
     bnpo, _ = grpo_loss(logp, logp.detach(), ref, adv, mask, loss_type="bnpo", **kw)
-    assert bnpo.item() == pytest.approx((-2.85 + 2.3) / 4)                 # -0.1375
+    assert bnpo.item() == pytest.approx((sum(seq0) + seq1[0]) / 4)
     dr, _ = grpo_loss(logp, logp.detach(), ref, adv, mask, loss_type="dr_grpo", **kw)
-    assert dr.item() == pytest.approx((-2.85 + 2.3) / (2 * 4))             # T = 4 by default
+    assert dr.item() == pytest.approx((sum(seq0) + seq1[0]) / (2 * 4))      # T = 4 by default
     dr8, _ = grpo_loss(logp, logp.detach(), ref, adv, mask, loss_type="dr_grpo", max_completion_length=8, **kw)
-    assert dr8.item() == pytest.approx((-2.85 + 2.3) / (2 * 8))
+    assert dr8.item() == pytest.approx((sum(seq0) + seq1[0]) / (2 * 8))
     assert info["ratio_mean"] == pytest.approx(1.0)
     assert info["clip_fraction"] == 0.0
-    assert info["kl"] == pytest.approx((0.2 + 0.4 - 0.3 + 0.6) / 4)
+    assert info["kl"] == pytest.approx((sum(k3[0]) + k3[1][0]) / 4)
     # beta = 0 or no reference: KL term skipped
     no_kl, _ = grpo_loss(logp, logp.detach(), ref, adv, mask, beta=0.0, loss_type="bnpo")
     assert no_kl.item() == pytest.approx((-3 + 2) / 4)
     no_ref, info = grpo_loss(logp, logp.detach(), None, adv, mask, loss_type="bnpo")
     assert no_ref.item() == pytest.approx((-3 + 2) / 4)
     assert math.isnan(info["kl"])
+
+
+def test_grpo_k1_goes_into_the_advantage_hand_computed():
+    """k1 is a detached reward term: A' = A - beta * (k1_seq - leave-one-out mean), and no
+    gradient flows through k1 itself (its pathwise gradient would be grad log pi)."""
+    logp, ref, adv, mask = _grpo_inputs()
+    beta = 0.5
+    # sequence k1: 0.2 + 0.4 - 0.3 = 0.3 and 0.6; leave-one-out mean over the batch: 0.6, 0.3
+    # A' = [1 - 0.5 * (0.3 - 0.6), -2 - 0.5 * (0.6 - 0.3)] = [1.15, -2.15]
+    x = logp.detach().clone().requires_grad_(True)
+    bnpo, info = grpo_loss(x, logp.detach(), ref, adv, mask, beta=beta, kl_estimator="k1",
+                           loss_type="bnpo")
+    assert bnpo.item() == pytest.approx((-1.15 * 3 + 2.15) / 4)
+    (g,) = torch.autograd.grad(bnpo, x)
+    torch.testing.assert_close(g, t([[-1.15 / 4] * 3 + [0.0], [2.15 / 4, 0.0, 0.0, 0.0]]))
+    assert info["kl"] == pytest.approx((0.2 + 0.4 - 0.3 + 0.6) / 4)        # the value is still k1's
+    grpo, _ = grpo_loss(logp, logp.detach(), ref, adv, mask, beta=beta, kl_estimator="k1")
+    assert grpo.item() == pytest.approx((-1.15 + 2.15) / 2)
+    same, _ = grpo_loss(logp, logp.detach(), ref, adv, mask, beta=beta, kl_estimator="k1",
+                        group_size=2)                                     # one group of 2 = the batch
+    assert same.item() == pytest.approx(grpo.item())
+    alone, _ = grpo_loss(logp, logp.detach(), ref, adv, mask, beta=beta, kl_estimator="k1",
+                         group_size=1)                                    # no other row: no baseline
+    assert alone.item() == pytest.approx((-(1 - 0.15) + (2 + 0.3)) / 2)
+    with pytest.raises(ValueError, match="group_size"):
+        grpo_loss(logp, logp.detach(), ref, adv, mask, beta=beta, kl_estimator="k1", group_size=3)
 
 
 def test_grpo_ratio_uses_behaviour_logprobs():
@@ -365,3 +392,64 @@ def test_beta_schedule():
         beta_schedule(0, 0.014, -0.004, 500)
     with pytest.raises(ValueError, match="anneal_steps"):
         beta_schedule(0, 0.014, 0.004, -1)
+
+
+# ----------------------------------------------------------------------------------------------
+# the KL term alone must pull the policy to the reference
+# ----------------------------------------------------------------------------------------------
+
+def _kl_only_runs():
+    """(algo, section options) of every accepted configuration whose loss carries a KL term."""
+    from tba_lab.losses import GRPO_LOSS_TYPES, KL_ESTIMATORS
+
+    runs = [("tb", {}), ("rloo", {})]
+    runs += [("grpo", {"kl_estimator": e, "loss_type": lt}) for e in KL_ESTIMATORS
+             for lt in GRPO_LOSS_TYPES]
+    runs += [("dr_grpo", {"kl_estimator": e}) for e in KL_ESTIMATORS]
+    return runs
+
+
+@pytest.mark.parametrize("algo, options", _kl_only_runs(),
+                         ids=lambda x: x if isinstance(x, str) else "-".join(x.values()))
+def test_with_only_the_kl_term_acting_the_policy_moves_to_the_reference(algo, options):
+    """After prime-rl#1390 / seed_rl#81: with equal rewards only the KL term acts, so KL(pi ||
+    pi_ref) must fall. k1 (log pi - log pi_ref) as a loss on samples of pi has gradient
+    E[grad log pi] = 0 and leaves the policy where it is (2.131 -> 2.159 in the report); it
+    belongs in the reward ("A Comedy of Estimators", arXiv 2512.21852).
+
+    A policy of 3 independent positions over 6 tokens (exact KL), 8 prompts x 8 samples per
+    update, beta 0.5, Adam, 150 updates through the algorithm class the trainer uses."""
+    from tba_lab.algorithms import PolicyBatch, make_algorithm
+    from tba_lab.config import from_dict
+
+    section = "grpo" if algo == "dr_grpo" else algo
+    cfg = from_dict({"algo": algo, section: {"beta": 0.5, **options}})
+    algorithm = make_algorithm(cfg)
+    g = torch.Generator().manual_seed(0)
+    T, V, B, K = 3, 6, 8, 8
+    ref_logits = 1.5 * torch.randn(T, V, generator=g)
+    theta = (1.5 * torch.randn(T, V, generator=g)).requires_grad_(True)
+    opt = torch.optim.Adam([theta], lr=0.05)
+
+    def kl() -> float:
+        with torch.no_grad():
+            lp, lr = theta.log_softmax(-1), ref_logits.log_softmax(-1)
+            return float((lp.exp() * (lp - lr)).sum())
+
+    before = kl()
+    assert before > 1.0
+    mask = torch.ones(B * K, T, dtype=torch.bool)
+    for step in range(150):
+        with torch.no_grad():
+            ys = torch.multinomial(theta.softmax(-1), B * K, replacement=True, generator=g).T  # (N, T)
+        token_logps = theta.log_softmax(-1).gather(1, ys.T).T                             # (N, T)
+        ref = ref_logits.log_softmax(-1).gather(1, ys.T).T
+        batch = PolicyBatch(token_logps=token_logps, mask=mask, rewards=torch.zeros(B * K),
+                            behaviour_token_logps=token_logps.detach(), ref_token_logps=ref,
+                            group_size=K)
+        loss, _ = algorithm.loss(batch, step)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    after = kl()
+    assert after < 0.25 * before, (before, after)

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tba_lab.actors import placement
 from tba_lab.actors.local import visible_devices_for
 from tba_lab.actors.searcher import SearcherSpec, narrow_visible_devices, searcher_device
 from tba_lab.buffer import ReplayBuffer, Rollout
@@ -416,3 +417,79 @@ def test_gpu_check_notices_a_dead_child_in_about_a_second(monkeypatch):
     children.procs[1].alive = True  # alive but silent: the timeout still bounds the wait
     with pytest.raises(RuntimeError, match=r"no reply to 'ping' from children \[1\] in 2 s"):
         children.ask(("ping",), [1], timeout=2)
+
+
+# ------------------------------------------------------------------------------ CPU quota
+def _fake_cgroup(tmp_path, files: dict, proc: str = "0::/\n"):
+    """A cgroup tree under ``tmp_path/cg`` holding ``files`` ({relative path: text}) and a
+    ``/proc/self/cgroup`` stand-in with ``proc``; returns (root, proc file)."""
+    root = tmp_path / "cg"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    root.mkdir(exist_ok=True)
+    (tmp_path / "proc_cgroup").write_text(proc)
+    return root, tmp_path / "proc_cgroup"
+
+
+@pytest.mark.parametrize("files, proc, expected", [
+    ({"cpu.max": "200000 100000\n"}, "0::/\n", 2),                     # docker --cpus 2 (cgroup v2)
+    ({"cpu.max": "150000 100000\n"}, "0::/\n", 2),                     # 1.5 CPUs: rounded up
+    ({"cpu.max": "50000 100000\n"}, "0::/\n", 1),                      # half a CPU: at least 1
+    ({"cpu.max": "max 100000\n"}, "0::/\n", 32),                       # no quota: the affinity mask
+    ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"},
+     "2:cpu,cpuacct:/\n", 2),                                          # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"},
+     "2:cpu,cpuacct:/\n", 32),                                         # v1, no quota
+    ({"kubepods/pod1/cpu.max": "400000 100000\n", "kubepods/pod1/c1/cpu.max": "max 100000\n"},
+     "0::/kubepods/pod1/c1\n", 4),                                     # the pod's limit, one level up
+    ({}, "0::/\n", 32),                                                # no cgroup files at all
+])
+def test_available_cores_honours_a_cfs_quota(tmp_path, monkeypatch, files, proc, expected):
+    """After oneTBB#190 / coreutils#108: `docker --cpus 2` and Kubernetes CPU limits are a CFS
+    quota, not a CPU set; a 32-core host under a 2-CPU quota must plan for 2 cores."""
+    root, proc_file = _fake_cgroup(tmp_path, files, proc)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
+    assert placement.available_cores(cgroup_root=root, proc_cgroup=proc_file) == expected
+
+
+def test_a_two_cpu_quota_on_a_32_core_host_plans_one_plus_one(tmp_path, monkeypatch):
+    """The plan a run makes (no cores given) reads the quota: 1 + 1 threads, sync 2 + 2, not
+    16 + 16 and 32 + 32."""
+    root, proc_file = _fake_cgroup(tmp_path, {"cpu.max": "200000 100000\n"})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(32)), raising=False)
+    monkeypatch.setattr(placement, "CGROUP_ROOT", root, raising=False)
+    monkeypatch.setattr(placement, "PROC_CGROUP", proc_file, raising=False)
+    p = placement.plan(_cfg())
+    assert (p.cores, p.trainer_threads, p.searcher_threads) == (2, 1, 1)
+    s = placement.plan(_cfg(mode="sync"))
+    assert (s.trainer_threads, s.searcher_threads) == (2, 2)
+
+
+def test_available_cores_on_this_machine_is_at_most_the_affinity_mask():
+    assert 1 <= placement.available_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_eval_uses_no_more_threads_than_the_cores_it_may_use(monkeypatch, capsys):
+    """``tba-lab eval`` in a container allowed 1 core (``available_cores() == 1``) on a machine
+    where torch would start one thread per core: generation runs on 1 thread, not on threads
+    the quota then throttles."""
+    import tba_lab.eval
+    from tba_lab.cli import main
+
+    seen = []
+
+    def evaluate(task, backend, problems, max_new_tokens):
+        seen.append(torch.get_num_threads())
+        return {"accuracy": 0.0}
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(placement, "available_cores", lambda *a, **k: 1)
+    monkeypatch.setattr(tba_lab.eval, "evaluate", evaluate)
+    try:
+        torch.set_num_threads(2)
+        assert main(["eval", "-n", "1"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]
+    assert '"accuracy": 0.0' in capsys.readouterr().out

@@ -6,8 +6,9 @@ Resolved once, before any process starts, from the configuration and the machine
 and ``reference_pass: auto`` are resolved here.
 
 **Threads** (``async.searcher_threads``, ``async.trainer_threads``; 0 = automatic). ``cores``
-is the number of cores this process may run on (``os.sched_getaffinity``, which honours
-``taskset`` and container CPU sets).
+is the number of cores this process may use (:func:`available_cores`): the CPUs it may run on
+(``os.sched_getaffinity``, which honours ``taskset`` and container CPU sets), capped by a CFS
+CPU quota (``docker --cpus``, a Kubernetes or JupyterHub CPU limit), rounded up.
 
 * ``mode: sync``: the trainer and its searcher take turns, so each gets every core.
 * ``mode: async``, searchers on this machine's CPU: they and the trainer run at once, so the
@@ -38,17 +39,111 @@ needs it for every row it trains on; where it runs decides whose time it takes:
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")      # where cgroup v2 (or v1's controller folders) is mounted
+PROC_CGROUP = Path("/proc/self/cgroup")   # this process's cgroup per hierarchy
 
 
-def available_cores() -> int:
-    """Cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count()`` where that
-    does not exist, e.g. macOS); at least 1."""
+def _read(path: Path) -> str | None:
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _quota(quota: str | None, period: str | None) -> float | None:
+    """CPUs that ``quota`` microseconds per ``period`` allow; None for no limit ("max", -1) or an
+    unreadable value."""
+    try:
+        q, p = int(quota), int(period)
+    except (TypeError, ValueError):
+        return None  # "max" (v2), a missing file
+    return q / p if q > 0 and p > 0 else None  # v1 writes -1 for no limit
+
+
+def _own_paths(proc_cgroup: Path) -> dict[str, str]:
+    """``{"": v2 path, "cpu": v1 cpu path}`` of this process, from ``/proc/self/cgroup``
+    (lines ``ID:CONTROLLERS:PATH``; the v2 line has no controllers)."""
+    out = {}
+    for line in (_read(proc_cgroup) or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        controllers = parts[1].split(",")
+        if parts[1] == "":
+            out[""] = parts[2]
+        elif "cpu" in controllers:
+            out["cpu"] = parts[2]
+    return out
+
+
+def _ancestors(base: Path, path: str) -> list[Path]:
+    """``base`` joined with ``path`` and each of its parents, ``base`` itself included (inside
+    a container the hierarchy is mounted at the container's own cgroup, so ``path`` may not
+    exist below ``base``: then only ``base`` is read)."""
+    out, rel = [base], Path(path.strip("/")) if path.strip("/") else None
+    while rel is not None and str(rel) not in ("", "."):
+        out.append(base / rel)
+        rel = rel.parent if str(rel.parent) != "." else None
+    return out
+
+
+def cgroup_cpu_limit(cgroup_root: str | Path | None = None,
+                     proc_cgroup: str | Path | None = None) -> float | None:
+    """CPUs the CFS quota allows this process, or None where no quota applies.
+
+    Read from cgroup v2 ``cpu.max`` (``"200000 100000"`` = 2 CPUs, ``"max 100000"`` = no
+    limit) and cgroup v1 ``cpu/cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (-1 = no limit),
+    in this process's cgroup and every ancestor (a pod's limit sits above its container's);
+    the smallest applies. ``docker --cpus N`` and Kubernetes CPU limits set exactly this.
+
+    Args:
+        cgroup_root: where the cgroup hierarchy is mounted (default :data:`CGROUP_ROOT`).
+        proc_cgroup: this process's ``/proc/self/cgroup`` (default :data:`PROC_CGROUP`).
+
+    Returns:
+        a float number of CPUs (1.5 for ``"150000 100000"``), or None. Unreadable files count
+        as no limit (macOS, Windows, a kernel without the CPU controller).
+    """
+    root = Path(CGROUP_ROOT if cgroup_root is None else cgroup_root)
+    own = _own_paths(Path(PROC_CGROUP if proc_cgroup is None else proc_cgroup))
+    limits = []
+    for d in _ancestors(root, own.get("", "/")):                          # cgroup v2
+        parts = (_read(d / "cpu.max") or "").split()
+        if len(parts) == 2:
+            limits.append(_quota(*parts))
+    for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):                    # cgroup v1
+        for d in _ancestors(root / mount, own.get("cpu", "/")):
+            limits.append(_quota(_read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")))
+    limits = [x for x in limits if x is not None]
+    return min(limits) if limits else None
+
+
+def available_cores(cgroup_root: str | Path | None = None,
+                    proc_cgroup: str | Path | None = None) -> int:
+    """Cores this process may use: the CPUs it may run on (``os.sched_getaffinity``;
+    ``os.cpu_count()`` where that does not exist, e.g. macOS), capped by a CFS CPU quota
+    (:func:`cgroup_cpu_limit`, rounded up); at least 1. A 32-core host under ``docker --cpus
+    2`` gives 2. ``os.process_cpu_count()`` (Python 3.13) and psutil read the affinity only.
+
+    Args:
+        cgroup_root, proc_cgroup: as :func:`cgroup_cpu_limit` (tests point them at a fake tree).
+
+    Returns:
+        an int >= 1.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit(cgroup_root, proc_cgroup)
+    if limit is not None:
+        cores = min(cores, math.ceil(limit))
+    return max(1, cores)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from tba_lab.actors.launcher import SearcherFailed
+from tba_lab.actors.placement import available_cores
 from tba_lab.actors.searcher import SearcherSpec
 from tba_lab.actors.weights import Layout
 from tba_lab.checkpoint import check_finite_weights
@@ -371,7 +372,7 @@ class RayLauncher:
                                       ) from None
             else:
                 need = math.ceil(self.cfg.async_.num_searchers * self.options.num_cpus_per_searcher)
-                start_local_ray(self.options.num_cpus or max(os.cpu_count() or 1, need))
+                start_local_ray(self.options.num_cpus or max(available_cores(), need))
             self.owns_ray = True
         if not self.registered:  # after ray.init: atexit runs this stop before Ray's shutdown
             self.registered = True

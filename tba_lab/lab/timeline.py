@@ -212,10 +212,11 @@ def run_measurements(run_dir) -> dict:
 
 
 def _cores() -> int:
-    """What the trainer's "0 = auto" thread rule gives in a fresh process (one per core)."""
-    import os
+    """What the trainer's "0 = auto" thread rule gives in sync mode: every core this process may
+    use (:func:`tba_lab.actors.placement.available_cores`, a CPU quota included)."""
+    from tba_lab.actors.placement import available_cores
 
-    return max(1, os.cpu_count() or 1)
+    return available_cores()
 
 
 def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legend: bool = True):

@@ -57,11 +57,13 @@ Each module lists its own departures, and its report repeats them.
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 from pathlib import Path
 
+from tba_lab.actors.placement import available_cores
 from tba_lab.lab.experiments import (beta, buffer_sampling, default, off_policy, per_update,
                                      race, race_tasks, scaling)
 from tba_lab.lab.experiments.common import (ExperimentError, check_seeds, header, now,
@@ -145,7 +147,8 @@ def experiment_settings(name: str, smoke: bool = False, settings: dict | None = 
 
     Raises:
         ExperimentError: with ``strict``, a key the experiment does not have (the message lists
-            its keys); a value of another type than its default; ``eval_size`` < 1, ``target``
+            its keys); a value of another type than its default; NaN or an infinity (YAML's
+            ``.nan``, ``.inf``) in a number; ``eval_size`` < 1, ``target``
             outside (0, 1], or ``searchers`` not distinct counts >= 1.
     """
     s = default_settings(name, smoke)
@@ -156,6 +159,9 @@ def experiment_settings(name: str, smoke: bool = False, settings: dict | None = 
                                       f"{sorted(s)}")
             continue
         value = _typed(key, value, s[key])
+        if any(isinstance(v, float) and not math.isfinite(v)
+               for v in (value if isinstance(value, list) else [value])):
+            raise ExperimentError(f"--set {key}={value}: give a finite number, e.g. {key}={s[key]}")
         if key == "eval_size" and (not isinstance(value, int) or value < 1):
             raise ExperimentError(f"--eval-size {value}: give the number of held-out problems, >= 1")
         if key == "target" and not 0 < value <= 1:
@@ -263,7 +269,8 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
         f"{' '.join(map(str, seeds))}), estimated {est / 60:.1f} min on 2 cores")
     started, t0 = now(), time.time()
     result = {"experiment": name, "title": mod.TITLE, "claim": mod.CLAIM, "smoke": smoke,
-              "started": started, "cores": os.cpu_count(), "seeds": seeds,
+              "started": started, "cores": os.cpu_count(),
+              "cores_available": available_cores(), "seeds": seeds,
               "settings": s, "config": config or {}, "estimate_seconds": round(est, 1),
               "runs": []}
     runs = result["runs"]

@@ -15,6 +15,8 @@ import math
 import os
 from pathlib import Path
 
+from tba_lab.actors.placement import available_cores
+
 PAPER = "TBA (Bartoldson et al., arXiv 2503.18929)"
 
 # Rough costs on a 2-core machine for the time estimate printed before a run. The 80-update
@@ -254,6 +256,7 @@ def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, set
             "| | |", "|---|---|",
             f"| experiment | `tba-lab experiment {name}{' --smoke' if smoke else ''}` |",
             f"| started | {started} |", f"| cores (`os.cpu_count()`) | {os.cpu_count()} |",
+            f"| cores the runs may use (affinity and CPU quota) | {available_cores()} |",
             f"| seeds | {' '.join(map(str, seeds))} |",
             f"| runs | {n_runs}, one after another, seed-major |",
             f"| wall clock | {seconds / 60:.1f} min (estimated before: {estimate / 60:.1f} min) |",

@@ -8,14 +8,15 @@ async TB with n in {1, 2, 4} searchers for the same wall-clock budget, held-out 
 evaluations, updates and samples per minute from ``summary.json``, and beside them the
 simulator's prediction (:func:`tba_lab.lab.simulate.simulate_run`) from the durations measured
 in the same seed's 1-searcher run. On a CPU machine every searcher takes a core from the
-trainer, so expect a cap: n + 1 busy processes share ``os.cpu_count()`` cores.
+trainer, so expect a cap: n + 1 busy processes share the cores the run may use
+(:func:`~tba_lab.actors.placement.available_cores`: the affinity mask under any CPU quota).
 """
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
+from tba_lab.actors.placement import available_cores
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (PAPER, basic_numbers, batch_settings,
                                             core_overrides, errorbar, pct, pyplot, rng, spread,
@@ -79,11 +80,11 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
     row.update(predicted_from=base["searchers"], predicted_steady_upm=None,
                predicted_budget_upm=None, closed_form_upm=None)
     if all(math.isfinite(bt[k]) for k in ("gen_seconds", "score_seconds", "update_seconds")):
-        sim = simulate_run(t, timings=bt, cores=os.cpu_count(), seed=int(summary["seed"]))
+        sim = simulate_run(t, timings=bt, cores=available_cores(), seed=int(summary["seed"]))
         row.update(predicted_steady_upm=_finite(sim.steady_updates_per_minute),
                    predicted_budget_upm=_finite(sim.updates_per_minute),
                    closed_form_upm=async_throughput(bt["gen_seconds"], bt["score_seconds"],
-                                                    bt["update_seconds"], n, os.cpu_count())[0])
+                                                    bt["update_seconds"], n, available_cores())[0])
     row["measured_steady_upm"] = row["timings"]["steady_updates_per_minute"]
     return row
 
@@ -96,7 +97,7 @@ def analyse(runs: list[dict], s: dict) -> dict:
             "time_to_target", "accuracy_after", "updates_per_minute", "samples_per_minute",
             "measured_steady_upm", "predicted_steady_upm", "closed_form_upm")}})
     curves = [{"n": r["searchers"], "seed": r["seed"], "evals": r["evals"]} for r in runs]
-    return {"cells": cells, "curves": curves, "target": s["target"], "cores": os.cpu_count(),
+    return {"cells": cells, "curves": curves, "target": s["target"], "cores": available_cores(),
             "eval_every": s["eval_every"], "eval_size": s["eval_size"],
             "train_seconds": s["train_seconds"]}
 
