@@ -1,6 +1,7 @@
 """Tests for tba_lab.tasks.gsm8k: extraction, reward, gold parsing, loading."""
 
 import json
+import os
 
 import pytest
 
@@ -249,3 +250,25 @@ def test_hub_name_dispatch(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     assert gsm8k.load_gsm8k("openai/gsm8k", split="test", config="socratic", limit=1) == ROWS[:1]
     assert calls == [(("openai/gsm8k", "socratic"), {"split": "test"})]
+
+
+@pytest.mark.parametrize("layout", ["json file", "dataset folder"])
+def test_a_corrected_copy_with_the_same_mtime_is_read_fresh(tmp_path, layout):
+    """After datasets#2956 and #444: ``datasets`` keys its cache of a local file on the path
+    and modification time, and ``cp -p``, ``rsync -a`` or unzipping a release keep the time,
+    so a corrected copy must not give back the rows of the file it replaced."""
+    d = tmp_path / "gsm_dir"
+    path = tmp_path / "gsm.json" if layout == "json file" else d / "train.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wrong = [dict(r, answer=r["answer"].replace("####", "#### 1")) for r in ROWS]
+    path.write_text(json.dumps(wrong) if layout == "json file"
+                    else "".join(json.dumps(r) + "\n" for r in wrong), encoding="utf-8")
+    source = str(path if layout == "json file" else d)
+    assert load_gsm8k(source) == wrong
+    stamp = path.stat()
+    path.write_text(json.dumps(ROWS) if layout == "json file"
+                    else "".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # what cp -p does
+    assert path.stat().st_mtime_ns == stamp.st_mtime_ns
+    assert load_gsm8k(source) == ROWS
+    assert load_gsm8k(source, limit=1) == ROWS[:1]

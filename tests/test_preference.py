@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 
 import pytest
@@ -102,6 +103,24 @@ def test_load_rows_field_names(tmp_path):
     path.write_text(json.dumps({"text": "no post"}) + "\n")
     with pytest.raises(ValueError, match="'post' or 'prompt'"):
         load_rows(str(path), "train")
+
+
+@pytest.mark.parametrize("layout", ["json file", "dataset folder"])
+def test_load_rows_reads_a_corrected_copy_with_the_same_mtime(tmp_path, layout):
+    """After datasets#2956 and #444: a ``.json`` file or dataset folder replaced by a corrected
+    copy that keeps the old modification time (``cp -p``, ``rsync -a``) is read as it is now,
+    not from ``datasets``' cache of the old file (keyed on path and mtime)."""
+    old = [{"prompt": "P: a\nTL;DR:", "reference": "wrong"}]
+    new = [{"prompt": "P: a\nTL;DR:", "reference": "right"}]
+    path = tmp_path / "tldr.json" if layout == "json file" else tmp_path / "d" / "train.jsonl"
+    path.parent.mkdir(exist_ok=True)
+    source = str(path if layout == "json file" else path.parent)
+    path.write_text(json.dumps(old) if layout == "json file" else json.dumps(old[0]) + "\n")
+    assert load_rows(source, "train") == old
+    stamp = path.stat()
+    path.write_text(json.dumps(new) if layout == "json file" else json.dumps(new[0]) + "\n")
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # what cp -p does
+    assert load_rows(source, "train") == new
 
 
 # ------------------------------------------------------------------------------ RM pieces

@@ -232,3 +232,19 @@ def test_victim_is_judged_on_its_own_answer_not_an_invented_follow_up(monkeypatc
     assert task.victim_responses(["How many apples?"]) == [" #### 5\n\n"]
     assert asked == [("Question:", "</s>", "<|im_end|>")]
     assert task.rewards([{}], ["How many apples?"]) == [log_reward(answer_log_probability(" #### 5"))]
+
+
+def test_victim_stops_at_a_stop_string_its_tokenizer_marks_special(monkeypatch):
+    """After vllm#2123 and lighteval#109: a victim whose tokenizer marks ``<|im_end|>`` special
+    (Qwen base) answers, emits it and invents a turn; decoding without special tokens deleted
+    it before GSM8K's stop could match, so the invented turn's number was judged."""
+    task = RedTeamTask(_cfg(victim_max_new_tokens=40))
+    _, vtok = task.victim()
+    assert vtok.add_tokens(["<|im_end|>"], special_tokens=True) == 1
+    said = vtok(" #### 5<|im_end|>\n #### 96", add_special_tokens=False)["input_ids"]
+
+    def run_on(self, prompts, num_generations=1, temperature=1.0, max_new_tokens=48, stop=()):
+        return Generations([list(said) for _ in prompts], [[] for _ in prompts])
+
+    monkeypatch.setattr(TransformersBackend, "generate", run_on)
+    assert task.victim_responses(["How many apples?"]) == [" #### 5"]

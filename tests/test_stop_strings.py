@@ -1,4 +1,4 @@
-"""Task stop strings (issue 34, part 4): a response ends at the first stop string its task
+"""Task stop strings: a response ends at the first stop string its task
 declares, in the sampler, in the rollout's tokens and log-probs, and in the text that is graded."""
 import torch
 
@@ -80,3 +80,70 @@ def test_transformers_sampler_stops_at_a_stop_string(tiny):
     assert stopped >= 3
     # decoding ended once every row had stopped (a shared prefill, then one step a token)
     assert len(calls) <= 1 + max(len(r) for r in got.responses) < max(len(f) for f in free.responses)
+
+
+# ---- a stop string the tokenizer marks special (Qwen base: <|im_end|>, not an EOS id) ---------
+
+def test_a_special_token_stop_string_is_seen_in_the_tokens_the_sampler_and_the_graded_text():
+    """After vllm#2123, lighteval#109 and FastChat PR 2083: decoding with
+    ``skip_special_tokens=True`` deletes ``<|im_end|>`` before it can match GSM8K's stop, and a
+    base model that answers 5, emits it and invents a turn ending in 7 is graded on the 7."""
+    from tba_lab.rollout.backend import cut_tokens_at_stop, stop_string_criteria
+    from tests._special_stop import ANSWER, STOP, SAID, special_stop_tokenizer
+
+    tok = special_stop_tokenizer()
+    said = tok(SAID, add_special_tokens=False)["input_ids"]
+    kept = tok(ANSWER + STOP, add_special_tokens=False)["input_ids"]
+    assert said[:len(kept)] == kept and len(kept) < len(said)
+    stops = GSM8KTask.stop_strings
+    assert cut_tokens_at_stop(said, tok, stops) == kept
+    done = stop_string_criteria(tok, stops, prompt_len=2)(
+        torch.tensor([[7, 7] + kept, [7, 7, 7] + kept[:-1]]), None)
+    assert done.tolist() == [True, False]
+    # the graded text: before the stop, without EOS text, whatever the backend left after it
+    from tba_lab.rollout.backend import cut_responses
+
+    tokens, texts = cut_responses([said, kept, kept[:-1] + [tok.eos_token_id, 5]], tok,
+                                  [tok.eos_token_id], stops)
+    assert tokens == [kept, kept, kept[:-1] + [tok.eos_token_id]]
+    assert texts == [ANSWER] * 3
+
+
+class _SaysBackend(_RunOnBackend):
+    """``_RunOnBackend`` that says ``tests._special_stop.SAID`` (runs past ``<|im_end|>``)."""
+
+    def __init__(self, tokenizer, said):
+        super().__init__(tokenizer)
+        self.ids = tokenizer(said, add_special_tokens=False)["input_ids"]
+
+
+def test_rollout_and_evaluation_stop_at_a_special_token_stop_string():
+    """The rollout cuts a backend's row at ``<|im_end|>`` (kept, with its log-prob) and grades
+    the answer before it; a real transformers sampler stops there, greedy and sampled; an EOS
+    still ends a response and its text is not graded."""
+    from tests._special_stop import ANSWER, PROBLEM, SAID, STOP, scripted_model, special_stop_tokenizer
+
+    tok = special_stop_tokenizer()
+    task = GSM8KTask()
+    kept = tok(ANSWER + STOP, add_special_tokens=False)["input_ids"]
+    wrong = dict(PROBLEM, answer="#### 7")
+
+    batch = rollout(_SaysBackend(tok, SAID), task, [PROBLEM], 2, 1.0, 64)
+    assert batch.completions == [ANSWER] * 2 and batch.rewards == [1.0, 1.0]
+    assert [r.response_ids for r in batch.rollouts] == [kept] * 2
+    assert batch.rollouts[0].behaviour_token_logps == [-0.01 * (i + 1) for i in range(len(kept))]
+
+    model = scripted_model(tok)
+    backend = TransformersBackend(model, tok)
+    assert evaluate(task, backend, [PROBLEM, PROBLEM, wrong], 64) == {"accuracy": 2 / 3}
+    model.calls = 0
+    batch = rollout(backend, task, [PROBLEM], 2, 1.0, 64)
+    assert batch.completions == [ANSWER] * 2 and batch.rewards == [1.0, 1.0]
+    assert [r.response_ids for r in batch.rollouts] == [kept] * 2
+    assert all(abs(lp) < 1e-3 for r in batch.rollouts for lp in r.behaviour_token_logps)
+    assert model.calls <= 1 + len(kept)          # decoding stopped at the stop string
+    # an EOS (not a stop string) still ends the response and stays out of the graded text
+    eos_model = scripted_model(tok, ANSWER)
+    batch = rollout(TransformersBackend(eos_model, tok), task, [PROBLEM], 1, 0.0, 64)
+    assert batch.rollouts[0].response_ids[-1] == tok.eos_token_id
+    assert batch.completions == [ANSWER] and batch.rewards == [1.0]

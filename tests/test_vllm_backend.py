@@ -168,7 +168,8 @@ def test_sampling_kwargs_are_plain_softmax_with_every_eos_as_stop():
     # task with stops (gsm8k) loads its tokenizer; one without (arithmetic) stays as it was
     stopped = vb.sampling_kwargs(8, 0.7, 40, [2], stop=("Question:",))
     assert stopped == dict(kw, stop_token_ids=[2], stop=["Question:"],
-                           include_stop_str_in_output=True, detokenize=True)
+                           include_stop_str_in_output=True, detokenize=True,
+                           skip_special_tokens=False, spaces_between_special_tokens=False)
     assert vb.engine_kwargs(from_dict({"task": {"name": "gsm8k"}}), torch.float32, 0)[
         "skip_tokenizer_init"] is False
 
@@ -196,13 +197,23 @@ def test_engine_kwargs_keep_the_policy_dtype_and_processed_logprobs():
 class FakeLLM:
     """``generate`` samples like vLLM's sampler in processed_logprobs mode: token by token from
     softmax(logits / T) of a transformers model, log-probs = log_softmax(logits / T) of the
-    sampled token; stops on ``stop_token_ids`` (kept) or ``max_tokens``; completions are
+    sampled token; stops on ``stop_token_ids`` (kept), ``max_tokens``, or (given a
+    ``tokenizer``) a ``stop`` string in the text as vLLM detokenizes it; completions are
     returned in shuffled order (their ``index`` says which is which). Records calls."""
 
-    def __init__(self, model, engine_model=None, seed=0):
-        self.model, self.engine_model = model, engine_model
+    def __init__(self, model, engine_model=None, seed=0, tokenizer=None):
+        self.model, self.engine_model, self.tokenizer = model, engine_model, tokenizer
         self.rng = torch.Generator().manual_seed(seed)
         self.calls, self.resets = [], 0
+
+    def _stopped(self, tokens, p) -> bool:
+        """vLLM's stop-string rule: ``stop`` is looked for in the detokenized output text,
+        decoded with ``p.skip_special_tokens`` (vLLM's default True when not given)."""
+        stops = getattr(p, "stop", None) or []
+        if not stops or self.tokenizer is None:
+            return False
+        text = self.tokenizer.decode(tokens, skip_special_tokens=getattr(p, "skip_special_tokens", True))
+        return any(s in text for s in stops)
 
     @torch.no_grad()
     def _one(self, prompt, p):
@@ -217,7 +228,7 @@ class FakeLLM:
                 logps.append(float(lp[tok]))
             seq.append(tok)
             tokens.append(tok)
-            if tok in p.stop_token_ids:
+            if tok in p.stop_token_ids or self._stopped(tokens, p):
                 break
         return tokens, (logps if p.logprobs is not None else None)
 
@@ -299,6 +310,35 @@ def test_greedy_and_length_capped_rows_match_the_transformers_backend(embedded):
     assert all(len(r) == 3 or r[-1] in backend.eos_ids for r in short)
     with pytest.raises(ValueError, match="prompt 1 has no tokens"):
         backend.generate([[1], []], 1, 0.0, 4)
+
+
+def test_a_stop_string_the_tokenizer_marks_special_stops_the_engine():
+    """After vllm#2123: vLLM matches ``stop`` in text detokenized with ``skip_special_tokens``
+    (default True), which deletes a special ``<|im_end|>`` (Qwen base; not an EOS id), so the
+    engine ran on through an invented turn. The sampling parameters keep special tokens in
+    that text when the task has stop strings."""
+    from tba_lab.rollout import rollout
+    from tba_lab.tasks import format_prompt
+    from tba_lab.tasks.gsm8k import GSM8KTask
+    from tests._special_stop import (ANSWER, PROBLEM, QUESTION, STOP, scripted_model,
+                                     special_stop_tokenizer)
+
+    tok = special_stop_tokenizer()
+    model = scripted_model(tok)
+    fake = FakeLLM(model, tokenizer=tok)
+    backend = vb.VllmBackend(fake, tok, vb.eos_token_ids(model, tok), SimpleNamespace)
+    kept = tok(ANSWER + STOP, add_special_tokens=False)["input_ids"]
+    prompt = tok(format_prompt(QUESTION))["input_ids"]
+    gen = backend.generate([prompt], 2, temperature=1.0, max_new_tokens=64,
+                           stop=GSM8KTask.stop_strings)
+    assert gen.responses == [kept, kept] and [len(lp) for lp in gen.token_logps] == [len(kept)] * 2
+    (_, params), = fake.calls
+    assert params.skip_special_tokens is False and params.stop == list(GSM8KTask.stop_strings)
+    greedy = backend.generate([prompt], 1, temperature=0.0, max_new_tokens=64,
+                              stop=GSM8KTask.stop_strings)
+    assert greedy.responses == [kept]
+    batch = rollout(backend, GSM8KTask(), [PROBLEM], 2, 1.0, 64)
+    assert batch.completions == [ANSWER] * 2 and batch.rewards == [1.0, 1.0]
 
 
 # ---- weights ----------------------------------------------------------------------------------

@@ -96,18 +96,21 @@ def cut_at_eos(tokens: list[int], eos_ids: int | Iterable[int]) -> list[int]:
 
 def cut_tokens_at_stop(tokens: list[int], tokenizer, stops: Iterable[str]) -> list[int]:
     """``tokens`` up to and including the token that completes the first of ``stops`` (a task's
-    stop strings) in their decoded text (``skip_special_tokens=True``); all of ``tokens`` when
-    none occurs. The stop string's tokens are kept, as an EOS is: the sampler drew them and
-    stopped there, so they belong to the response's log-prob; what follows is not the response.
-    Two decodes when the stop string ends at the last token (a sampler that stopped there),
-    else the shortest such prefix is found by bisection (about log2(len) decodes).
+    stop strings) in their decoded text; all of ``tokens`` when none occurs. The text is decoded
+    WITH special tokens (``skip_special_tokens=False``): a stop string the tokenizer marks
+    special (``<|im_end|>`` on Qwen base checkpoints, where it is not an EOS id) would
+    otherwise be deleted before it could match. The stop string's tokens are kept, as an EOS
+    is: the sampler drew them and stopped there, so they belong to the response's log-prob;
+    what follows is not the response. Two decodes when the stop string ends at the last token
+    (a sampler that stopped there), else the shortest such prefix is found by bisection (about
+    log2(len) decodes).
     """
     stops = [s for s in stops if s]
     if not stops or not tokens:
         return tokens
 
     def has_stop(k: int) -> bool:
-        text = tokenizer.decode(tokens[:k], skip_special_tokens=True)
+        text = tokenizer.decode(tokens[:k], skip_special_tokens=False)
         return any(s in text for s in stops)
 
     if not has_stop(len(tokens)) or not has_stop(len(tokens) - 1):
@@ -119,9 +122,38 @@ def cut_tokens_at_stop(tokens: list[int], tokenizer, stops: Iterable[str]) -> li
     return tokens[:lo]
 
 
+def cut_responses(responses: list[list[int]], tokenizer, eos_ids: int | Iterable[int],
+                  stops: Iterable[str] = ()) -> tuple[list[list[int]], list[str]]:
+    """What each sampled row is as a response, and the text of it that is graded.
+
+    Tokens: the row cut after its first EOS (any of ``eos_ids``, kept: :func:`cut_at_eos`),
+    then after the token that completes the first of ``stops`` (kept:
+    :func:`cut_tokens_at_stop`, which sees stop strings the tokenizer marks special). Text:
+    those tokens decoded WITHOUT special tokens, so no EOS, pad or end-of-turn text reaches
+    the grader, and ended before the first stop string
+    (:func:`~tba_lab.tasks.cut_at_stop`): nothing the model said after the stop is graded.
+
+    Args:
+        responses: N token-id lists as a backend returns them (possibly run past a stop).
+        tokenizer: the policy's tokenizer.
+        eos_ids: one id or several that end a response.
+        stops: the task's stop strings (``Task.stop_strings``).
+
+    Returns:
+        ``(tokens, texts)``: N token-id lists and N strings.
+    """
+    from tba_lab.tasks import cut_at_stop
+
+    stops = tuple(s for s in stops if s)
+    tokens = [cut_tokens_at_stop(cut_at_eos(r, eos_ids), tokenizer, stops) for r in responses]
+    texts = [cut_at_stop(t, stops) for t in tokenizer.batch_decode(tokens, skip_special_tokens=True)]
+    return tokens, texts
+
+
 def stop_string_criteria(tokenizer, stops: Iterable[str], prompt_len: int):
     """A ``transformers`` stopping criterion that ends each row once its generated tokens
-    (those past ``prompt_len``) decode to text holding any of ``stops``. Only the last few
+    (those past ``prompt_len``) decode to text holding any of ``stops``, special tokens
+    included (a stop string the tokenizer marks special is seen). Only the last few
     tokens of a row are decoded each step (one more than the longest stop string has
     characters, so a stop string made of one-character tokens is still seen); a stop string
     split across more tokens than that is still cut by :func:`cut_tokens_at_stop` afterwards.
@@ -137,7 +169,7 @@ def stop_string_criteria(tokenizer, stops: Iterable[str], prompt_len: int):
     class _StopStrings(StoppingCriteria):
         def __call__(self, input_ids, scores, **kwargs):  # input_ids: (N, prompt_len + t)
             tails = input_ids[:, prompt_len:][:, -window:].tolist()
-            texts = tokenizer.batch_decode(tails, skip_special_tokens=True)
+            texts = tokenizer.batch_decode(tails, skip_special_tokens=False)
             return torch.tensor([any(s in t for s in stops) for t in texts],
                                 dtype=torch.bool, device=input_ids.device)
 
@@ -288,7 +320,8 @@ class TransformersBackend:
             temperature: sampling temperature (> 0), or 0 for greedy decoding.
             max_new_tokens: response length cap, tokens.
             stop: stop strings; a row stops at the token that completes the first of them in
-                its decoded text (kept, with its log-prob; :func:`cut_tokens_at_stop`).
+                its decoded text, special tokens included (kept, with its log-prob;
+                :func:`cut_tokens_at_stop`).
         Returns:
             :class:`Generations` with N*K prompt-major rows.
         Raises:

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from tba_lab.buffer import Rollout, finite_logprobs
-from tba_lab.rollout.backend import cut_at_eos, cut_tokens_at_stop
+from tba_lab.rollout.backend import cut_responses
 from tba_lab.rollout.scoring import response_logprobs
-from tba_lab.tasks import cut_at_stop
 
 
 @dataclass
@@ -31,7 +30,8 @@ class RolloutBatch:
     Attributes:
         rollouts: the N = B*K - nonfinite_rewards :class:`~tba_lab.buffer.Rollout` items,
             ready for the buffer.
-        completions: the N decoded responses (special tokens removed), what the task scored.
+        completions: the N decoded responses (special tokens removed, ended before the
+            task's first stop string), what the task scored.
         version: the policy version (trainer updates) that generated them.
         searcher_id: which searcher sent it (0 outside a searcher).
         t_start, t_end: ``time.time()`` when generation began and scoring ended (seconds).
@@ -193,9 +193,11 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
     Responses are cut after the first of the backend's ``eos_ids`` (any declared EOS; the
     tokenizer's EOS for a backend without the attribute) before they are decoded, scored and
     masked, so nothing past the end of a response reaches the reward or the loss. Likewise at
-    the task's ``stop_strings`` (passed to the backend as ``stop``): the tokens through the
-    one that completes the first stop string are kept, scored and masked (as an EOS is), and
-    the text before the stop string is what the task grades (``completions``).
+    the task's ``stop_strings`` (passed to the backend as ``stop``), special tokens included
+    (``<|im_end|>`` where the tokenizer marks it special): the tokens through the one that
+    completes the first stop string are kept, scored and masked (as an EOS is), and the text
+    before the stop string, decoded without special tokens, is what the task grades
+    (``completions``; :func:`~tba_lab.rollout.backend.cut_responses`).
 
     Returns:
         :class:`RolloutBatch` with B*K prompt-major rows, less those whose reward is NaN or
@@ -224,11 +226,9 @@ def rollout(backend, task, problems: list, num_generations: int, temperature: fl
                            **({"stop": stops} if stops and _takes_stop(backend) else {}))
     t1 = time.time()
     eos_ids = getattr(backend, "eos_ids", None) or [tokenizer.eos_token_id]
-    responses = [cut_tokens_at_stop(cut_at_eos(r, eos_ids), tokenizer, stops)  # B*K, at the
-                 for r in gen.responses]                                  # first EOS or stop
+    # B*K rows cut at the first EOS or stop string; the graded text ends before the stop string
+    responses, completions = cut_responses(gen.responses, tokenizer, eos_ids, stops)
     behaviour = [lp[:len(r)] for lp, r in zip(gen.token_logps, responses)]  # [] when greedy
-    completions = [cut_at_stop(c, stops)  # the graded text ends before the stop string
-                   for c in tokenizer.batch_decode(responses, skip_special_tokens=True)]
     rows = [j // K for j in range(B * K)]                                  # row -> problem index
     rewards, raised = _score(task, [problems[i] for i in rows], completions)  # raised: warned
     keep = [j for j in range(B * K) if math.isfinite(rewards[j])]         # kept rows, in order

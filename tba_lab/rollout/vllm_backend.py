@@ -24,9 +24,10 @@ what this relies on, so check these first:
 * EOS: ``stop_token_ids`` stay in ``token_ids`` (``vllm/v1/core/sched/utils.py``); no
   detokenizing (the kit tokenizes; the "Chat template warmup failed" log line is harmless),
   except for a task with stop strings (GSM8K's "Question:"): vLLM matches ``stop`` only on
-  detokenized text, so the engine then loads the tokenizer and detokenizes; the tokens that
-  complete the stop string stay in ``token_ids`` and :func:`~tba_lab.rollout.rollout` cuts
-  each row after them.
+  detokenized text, so the engine then loads the tokenizer and detokenizes, keeping special
+  tokens in that text (``skip_special_tokens=False``: a special ``<|im_end|>`` stop is seen);
+  the tokens that complete the stop string stay in ``token_ids`` and
+  :func:`~tba_lab.rollout.rollout` cuts each row after them.
   ``generation_config="vllm"`` ignores the checkpoint's sampling defaults.
 * sampling: full vocabulary, neutral penalties; greedy needs ``n=1``, so each prompt is sent K
   times; outputs come per prompt in request order, rows sorted by ``index`` (``vllm/outputs.py``).
@@ -145,11 +146,16 @@ def sampling_kwargs(num_generations: int, temperature: float, max_new_tokens: in
     of ``eos_ids`` (kept), after at most ``max_new_tokens`` tokens, and is not detokenized.
     With ``stop`` (a task's stop strings) the row also stops at the first of them, which vLLM
     finds only in detokenized text (``detokenize=True``; the engine needs its tokenizer:
-    :func:`engine_kwargs`).
+    :func:`engine_kwargs`). That text keeps special tokens (``skip_special_tokens=False``,
+    vLLM's default being True), so a stop string the tokenizer marks special (``<|im_end|>``
+    on Qwen base checkpoints, not an EOS id there) is seen rather than deleted, and no spaces
+    are put around them (``spaces_between_special_tokens=False``), the text the kit's own
+    stop check decodes (:func:`~tba_lab.rollout.backend.cut_tokens_at_stop`).
     """
     greedy = temperature == 0
     stops = [s for s in stop if s]
-    extra = dict(stop=stops, include_stop_str_in_output=True, detokenize=True) if stops else {}
+    extra = dict(stop=stops, include_stop_str_in_output=True, detokenize=True,
+                 skip_special_tokens=False, spaces_between_special_tokens=False) if stops else {}
     return dict(**extra, n=1 if greedy else int(num_generations), temperature=float(temperature),
                 top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0,
                 frequency_penalty=0.0, logprobs=None if greedy else 0,

@@ -13,6 +13,8 @@ A :class:`Task` is one object with
 * ``stop_strings``: strings that end a response (besides EOS), for prompt formats a base model
   continues past its answer (GSM8K's few-shot "Question:"); the sampler stops at the first,
   the rollout keeps the tokens through it and grades the text before it (:func:`cut_at_stop`);
+  they are looked for in text decoded with special tokens, so one the tokenizer marks special
+  (``<|im_end|>`` on Qwen base checkpoints) ends a response too;
 * ``config_defaults``: nested config values the task recommends (e.g. redteam's
   ``{"tb": {"beta": 0.5}}``); :func:`tba_lab.config.from_dict` puts them under the user's own,
   so any value the user gives wins, and the run's saved ``config.yaml`` shows what was used;

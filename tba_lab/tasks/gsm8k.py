@@ -31,6 +31,7 @@ __all__ = [
     "exact_match_reward",
     "gold_answer",
     "load_gsm8k",
+    "load_local_dataset",
     "write_jsonl",
     "read_jsonl",
 ]
@@ -200,6 +201,44 @@ def _validate_rows(rows: list[dict[str, Any]], source: str) -> list[dict[str, st
     return out
 
 
+def load_local_dataset(path: str | os.PathLike, split: str):
+    """A local ``.json`` file (any layout ``datasets``' JSON reader takes: an array of objects,
+    JSON Lines, ...) or a dataset folder, through ``datasets.load_dataset``, as the files
+    are NOW.
+
+    ``datasets`` caches a local file under a key made of its path and modification time only,
+    so a file replaced by a corrected copy that keeps the old time (``cp -p``, ``rsync -a``,
+    an unzipped release) would come back with the old rows. Here the dataset is built in a
+    temporary cache folder, held in memory (``keep_in_memory=True``) and the folder deleted:
+    every call parses the files afresh (about as fast as a JSONL read for task-sized data),
+    and nothing is left in the user's ``datasets`` cache.
+
+    Args:
+        path: an existing file (read as one split, ``"train"``) or directory.
+        split: the split of a directory to load (a file's only split is ``"train"``).
+
+    Returns:
+        ``datasets.Dataset``, in memory.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: from ``datasets``, e.g. a split the folder lacks.
+    """
+    import tempfile
+
+    import datasets  # lazy: heavy import
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    with tempfile.TemporaryDirectory(prefix="tba-lab-datasets-") as cache:
+        if path.is_file():
+            return datasets.load_dataset("json", data_files=str(path), split="train",
+                                         cache_dir=cache, keep_in_memory=True)
+        return datasets.load_dataset(str(path), split=split, cache_dir=cache,
+                                     keep_in_memory=True)
+
+
 def load_gsm8k(
     path_or_name: str = "openai/gsm8k",
     split: str = "train",
@@ -218,6 +257,8 @@ def load_gsm8k(
       (``split`` and ``config`` ignored, as above);
     * existing local **directory**: ``datasets.load_dataset(path, split=split)``
       (``config`` ignored);
+    * local files and directories are read as they are now, never from ``datasets``' cache
+      (:func:`load_local_dataset`);
     * anything else is a hub name:
       ``datasets.load_dataset(path_or_name, config, split=split)`` -- needs
       network (or a warm HF cache); hub errors propagate unchanged.
@@ -252,16 +293,14 @@ def load_gsm8k(
         rows = read_jsonl(path, required=_REQUIRED_FIELDS)  # errors name the line
         rows = rows if limit is None else rows[:limit]
         return [{"question": r["question"], "answer": r["answer"]} for r in rows]
-    import datasets  # lazy: heavy import
-
     if path.is_file():
         if not path.name.lower().endswith(_JSON_SUFFIXES):
             raise ValueError(
                 f"{path}: unsupported file type; expected .jsonl or .json"
             )
-        ds = datasets.load_dataset("json", data_files=str(path), split="train")
+        ds = load_local_dataset(path, split="train")
     elif path.is_dir():
-        ds = datasets.load_dataset(str(path), split=split)
+        ds = load_local_dataset(path, split=split)
     elif _looks_like_path(path_or_name):
         raise FileNotFoundError(
             f"GSM8K data file not found: {path_or_name!r} (resolved to {path}). "
@@ -269,6 +308,8 @@ def load_gsm8k(
             "like 'openai/gsm8k'."
         )
     else:
+        import datasets  # lazy: heavy import
+
         ds = datasets.load_dataset(path_or_name, config, split=split)
 
     missing = [f for f in _REQUIRED_FIELDS if f not in ds.column_names]

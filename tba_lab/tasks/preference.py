@@ -296,13 +296,14 @@ def _problem(row: dict, where: str) -> dict:
 
 def load_rows(source: str, split: str) -> list[dict]:
     """Problems from a ``.jsonl`` file (read directly, errors name the line), a ``.json`` file,
-    a dataset folder or a hub name (``datasets``, split ``split``).
+    a dataset folder or a hub name (``datasets``, split ``split``). Local files are read as
+    they are now (:func:`~tba_lab.tasks.gsm8k.load_local_dataset`), never from a cache.
 
     Raises:
         FileNotFoundError: a local-looking path that does not exist.
         ValueError: a row without a post/prompt or reference/summary field (names the fix).
     """
-    from tba_lab.tasks.gsm8k import _looks_like_path, read_jsonl
+    from tba_lab.tasks.gsm8k import _looks_like_path, load_local_dataset, read_jsonl
 
     path = Path(source).expanduser()
     if path.is_file() and path.suffix.lower() == ".jsonl":
@@ -310,12 +311,12 @@ def load_rows(source: str, split: str) -> list[dict]:
         return [_problem(r, f"{path}: row {i}") for i, r in enumerate(rows)]
     if not path.exists() and _looks_like_path(source):
         raise FileNotFoundError(f"preference data {source!r} not found (resolved to {path})")
-    import datasets  # lazy: heavy import, not needed for the embedded JSONL
-
-    if path.is_file():
-        ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    if path.exists():  # as the files are now, not datasets' cache of an older copy
+        ds = load_local_dataset(path, split)
     else:
-        ds = datasets.load_dataset(str(path) if path.is_dir() else source, split=split)
+        import datasets  # lazy: heavy import, not needed for the embedded JSONL
+
+        ds = datasets.load_dataset(source, split=split)
     return [_problem(r, f"{source}: row {i}") for i, r in enumerate(ds.to_list())]
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from tba_lab.config import ConfigError, check
 from tba_lab.paths import DATA_DIR, DEFAULT_MODEL_DIR
 from tba_lab.registry import TASKS
-from tba_lab.tasks import Task, cut_at_stop, format_prompt
+from tba_lab.tasks import Task, format_prompt
 from tba_lab.tasks.gsm8k import GSM8KTask, extract_answer, read_jsonl, write_jsonl
 
 DEFAULT_ATTACKER_DIR = DATA_DIR / "tiny-llama-attacker"
@@ -339,9 +339,10 @@ class RedTeamTask(Task):
         """The victim's GREEDY answers (temperature 0, at most ``victim_max_new_tokens`` tokens)
         to ``attacks`` (attack text, re-tokenised with the victim's tokenizer inside
         ``format_prompt``); identical attacks are answered once. The victim's prompt is the
-        GSM8K few-shot one, so its answer ends at GSM8K's stop strings (``"Question:"``, ...):
-        a base-model victim that goes on to invent a question is judged on its own answer."""
-        from tba_lab.rollout.backend import TransformersBackend, cut_at_eos
+        GSM8K few-shot one, so its answer ends at GSM8K's stop strings (``"Question:"``, ...,
+        ``<|im_end|>`` also where the victim's tokenizer marks it special): a base-model victim
+        that goes on to invent a question or a turn is judged on its own answer."""
+        from tba_lab.rollout.backend import TransformersBackend, cut_responses
 
         model, tokenizer = self.victim()
         unique = list(dict.fromkeys(a.strip() for a in attacks))
@@ -350,8 +351,7 @@ class RedTeamTask(Task):
         stops = GSM8KTask.stop_strings
         gen = backend.generate(ids, 1, temperature=0.0,
                                max_new_tokens=self.options.victim_max_new_tokens, stop=stops)
-        texts = [cut_at_stop(t, stops) for t in tokenizer.batch_decode(
-            [cut_at_eos(r, backend.eos_ids) for r in gen.responses], skip_special_tokens=True)]
+        _, texts = cut_responses(gen.responses, tokenizer, backend.eos_ids, stops)
         answer = dict(zip(unique, texts))
         return [answer[a.strip()] for a in attacks]
 
