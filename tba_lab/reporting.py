@@ -23,20 +23,30 @@ What is sent (step = trainer updates, as in ``metrics.jsonl``):
 * ``eval/<metric>``, at each held-out evaluation;
 * ``config``, once per process, as text.
 
-A resumed run continues the same curves: TensorBoard's writer purges every event at or after
-the checkpoint's step + 1 (``purge_step``: the rows the resume does again), as ``metrics.jsonl``
-drops those rows; W&B and trackio resume the run of the same name and ignore steps they have.
+A new run (no resume) is a new dashboard run, also in a folder an earlier run used: that run's
+``tensorboard/`` events are removed with its other files (:class:`~tba_lab.runlog.RunLog`), and
+W&B and trackio start a new run whose id the checkpoints keep. A resumed run continues the same
+curves: TensorBoard's writer purges every event at or after the checkpoint's step (``purge_step``)
+and the events logged at that step before the checkpoint are sent again, so the event files hold
+what the JSONL files keep (:meth:`RunLog.state_dict <tba_lab.runlog.RunLog.state_dict>`); W&B and
+trackio continue the run the checkpoint names and are sent no step the stopped process may have
+sent (neither can take a value back: they keep that process's values of the updates the resume
+does again).
 
-The console: in a terminal or a notebook, a tqdm bar over the run's budget (``max_steps``
-updates when set, else the ``max_minutes`` budget in seconds) with updates/min, staleness and the
-last held-out metric; anywhere else (a pipe, ``nohup``, a CI log) one plain status line every
-``status_every_seconds`` instead, since tqdm's carriage-return frames would pile up into one line.
+The console: in a terminal, or a notebook whose frontend takes input (JupyterLab, VS Code), a
+tqdm bar over the run's budget (``max_steps`` updates when set, else the ``max_minutes`` budget
+in seconds) with updates/min, staleness and the last held-out metric; anywhere else (a pipe,
+``nohup``, a CI log, a notebook executed by papermill or ``nbconvert --execute``) one plain
+status line every ``status_every_seconds`` instead, since tqdm's carriage-return frames would
+pile up into one line and a widget would be drawn for nobody. With ``show=False``
+(``--no-progress``) only warnings are printed.
 """
 from __future__ import annotations
 
 import importlib.util
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from tba_lab.config import ConfigError
@@ -73,8 +83,9 @@ class TensorBoardReporter:
 
     Args:
         log_dir: the event files' folder (``<output_dir>/tensorboard``).
-        purge_step: a resumed run's first new update (checkpoint step + 1): TensorBoard hides
-            every event of this folder at or after it (they are done again); None: a new run.
+        purge_step: a resumed run's checkpoint step: TensorBoard hides every event of this
+            folder at or after it (the resume sends again those of that step it keeps, and
+            does the later ones again); None: a new run.
     """
 
     def __init__(self, log_dir: Path, purge_step: int | None):
@@ -98,21 +109,50 @@ class TensorBoardReporter:
 
 class TrackerReporter:
     """W&B or trackio through the module-level API they share: ``init(project=, name=, config=,
-    resume="allow")``, ``log(values, step=)``, ``finish()``. The run's name is its output folder's,
-    so a resume continues the same run; W&B's files go under ``<output_dir>/wandb``."""
+    resume=)``, ``log(values, step=)``, ``finish()``; W&B's files go under ``<output_dir>/wandb``.
 
-    def __init__(self, name: str, out: Path, config: dict):
-        """``name``: ``"wandb"`` or ``"trackio"``; ``out``: the run's output folder; ``config``:
-        ``RunConfig.to_dict()``. Raises ImportError when the package is missing (the preflight
-        refuses such a run first: :func:`check_report_to`)."""
+    A new run (``run_id`` None) is a new tracker run, also in an output folder an earlier run
+    used: W&B makes its id; trackio's run is named after the folder, the start time and 4
+    random hex digits (``default-20261206-101500-3f2a``; trackio picks another name if it is
+    taken). The id or name it got is :attr:`run_id`, which the run's checkpoints keep, so that
+    ``--resume`` continues exactly that run (``run_id`` given: ``resume="allow"``).
+
+    Args:
+        name: ``"wandb"`` or ``"trackio"``.
+        out: the run's output folder.
+        config: ``RunConfig.to_dict()``.
+        run_id: the tracker run to continue (W&B id, trackio name), or None for a new one.
+        sent_through: a resumed run's last step the stopped process may have sent (-1: none).
+            Calls at or before it are not sent: neither service takes a value back (W&B drops
+            a step below its current one with a warning, trackio would store a second value),
+            so the tracker keeps the stopped process's values of the updates done again.
+    Raises:
+        ImportError: the package is missing (the preflight refuses such a run first:
+            :func:`check_report_to`).
+    """
+
+    def __init__(self, name: str, out: Path, config: dict, run_id: str | None = None,
+                 sent_through: int = -1):
         import importlib
 
         self.module = importlib.import_module(name)
-        extra = {"dir": str(out), "id": _safe_id(out)} if name == "wandb" else {}
-        self.module.init(project="tba-lab", name=out.name, config=config, resume="allow", **extra)
+        self.sent_through = sent_through
+        args: dict = {"project": "tba-lab", "config": config}
+        if name == "wandb":
+            args.update(name=out.name, dir=str(out))
+            if run_id is not None:
+                args.update(id=run_id, resume="allow")
+        elif run_id is None:
+            stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"  # unique within 1 s
+            args.update(name=f"{out.name}-{stamp}", resume="never")
+        else:
+            args.update(name=run_id, resume="allow")
+        run = self.module.init(**args)
+        self.run_id: str | None = getattr(run, "id" if name == "wandb" else "name", None) or run_id
 
     def scalars(self, values: dict, step: int) -> None:
-        self.module.log(values, step=step)
+        if step > self.sent_through:
+            self.module.log(values, step=step)
 
     def text(self, tag: str, text: str, step: int) -> None:
         pass  # the config went in with init
@@ -124,20 +164,28 @@ class TrackerReporter:
         self.module.finish()
 
 
-def _safe_id(out: Path) -> str:
-    """A W&B run id for the output folder (letters, digits, ``-`` and ``_``)."""
+def folder_tracker_runs(out: Path) -> dict[str, str]:
+    """The tracker runs of a run whose checkpoint names none (written before checkpoints kept
+    them): W&B's id and trackio's name were made from the output folder."""
     import re
 
-    return re.sub(r"[^A-Za-z0-9_-]", "-", str(out.resolve()).strip("/"))[-120:]
+    return {"wandb": re.sub(r"[^A-Za-z0-9_-]", "-", str(out.resolve()).strip("/"))[-120:],
+            "trackio": out.name}
 
 
-def make_reporters(cfg, out: Path, first_step: int, resumed: bool) -> list:
+def make_reporters(cfg, out: Path, first_step: int, purge_step: int | None = None,
+                   tracker_runs: dict | None = None, sent_through: int = -1) -> list:
     """The reporters ``cfg.report_to`` names, each sent the config once (as YAML text, at
     ``first_step``); [] when it names none.
 
     Args:
-        cfg: the run's config; out: its output folder; first_step: the update it starts from;
-        resumed: a resume (TensorBoard then purges the events from ``first_step + 1`` on).
+        cfg: the run's config; out: its output folder; first_step: the update it starts from.
+        purge_step: a resumed run: TensorBoard hides every event of ``out/tensorboard`` at or
+            after this step; None: a new run.
+        tracker_runs: ``{report_to name: run id}`` of the run being resumed (W&B id, trackio
+            name); a tracker not in it (or None) starts a new run.
+        sent_through: a resumed run: the last step its stopped process may have sent to the
+            trackers it continues (:class:`TrackerReporter`); -1 for a new run.
     Raises:
         ImportError: a named package is missing (the preflight refuses such a run first).
     """
@@ -146,8 +194,10 @@ def make_reporters(cfg, out: Path, first_step: int, resumed: bool) -> list:
     if not cfg.report_to:
         return []
     config = cfg.to_dict()
-    reporters = [TensorBoardReporter(out / "tensorboard", first_step + 1 if resumed else None)
-                 if name == "tensorboard" else TrackerReporter(name, out, config)
+    runs = tracker_runs or {}
+    reporters = [TensorBoardReporter(out / "tensorboard", purge_step) if name == "tensorboard"
+                 else TrackerReporter(name, out, config, runs.get(name),
+                                      sent_through if name in runs else -1)
                  for name in cfg.report_to]
     text = "```yaml\n" + yaml.safe_dump(config, sort_keys=False) + "```"
     for r in reporters:
@@ -180,13 +230,32 @@ def update_scalars(row: dict) -> dict:
 
 # -------------------------------------------------------------------------------- console
 def interactive() -> bool:
-    """Whether a live bar can be drawn: stderr is a terminal, or this is a Jupyter kernel
-    (the test tqdm's own notebook detection uses)."""
+    """Whether a live bar can be drawn, and someone can see it: stderr is a terminal, or this is
+    a Jupyter kernel (the test tqdm's own notebook detection uses) whose current request comes
+    from a frontend that takes input (``allow_stdin`` of the execute request: true from
+    JupyterLab, Notebook, VS Code; false from nbclient, which papermill and ``nbconvert
+    --execute`` run notebooks with and which renders no widget)."""
     if sys.stderr.isatty():
         return True
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+    if shell is None or "IPKernelApp" not in getattr(shell, "config", {}):
+        return False
+    return _frontend_takes_input(getattr(shell, "kernel", None))
+
+
+def _frontend_takes_input(kernel) -> bool:
+    """``allow_stdin`` of the kernel's current execute request: the request's own content
+    (``Kernel.get_parent()``, ipykernel 6 and later), else what ipykernel recorded for it
+    (``_allow_stdin``, set for every execute request, also seen from other threads); True when
+    neither can be read (a kernel of another kind)."""
+    try:
+        content = kernel.get_parent().get("content", {})
+    except Exception:  # no get_parent (ipykernel < 6), or no request in this thread
+        content = {}
+    if "allow_stdin" in content:
+        return bool(content["allow_stdin"])
+    return bool(getattr(kernel, "_allow_stdin", True))
 
 
 class Console:
@@ -194,7 +263,8 @@ class Console:
 
     Args:
         cfg: the run's config (``max_steps``, ``max_minutes``, ``status_every_seconds``).
-        show: False (``--no-progress``): nothing but warnings.
+        show: False (``--no-progress``): nothing but warnings (:meth:`write`); :meth:`info`
+            lines, the bar and the status lines are left out.
         first_step: the update the run starts from (a resume's checkpoint step).
         bar: a live bar (True) or status lines (False); None: :func:`interactive` decides.
     """
@@ -265,8 +335,14 @@ class Console:
         task's first metric) is shown from now on."""
         self.held_out = f"{metric} {value:.3f} @ {step}"
 
+    def info(self, msg: str) -> None:
+        """A progress line (an interim evaluation): printed as :meth:`write` does unless
+        ``show`` is off."""
+        if self.show:
+            self.write(msg)
+
     def write(self, msg: str) -> None:
-        """A line above the bar (or plainly printed)."""
+        """A line above the bar (or plainly printed), also with ``show`` off: for warnings."""
         if self.bar is not None:
             self.bar.write(msg)
         else:

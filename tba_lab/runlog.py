@@ -26,9 +26,14 @@ algorithm). Files in ``cfg.output_dir``:
 * ``tensorboard/`` with ``report_to: [tensorboard]``: the same numbers live
   (:mod:`tba_lab.reporting`, which also draws the console's bar or status lines).
 
-A resumed run (``RunLog(cfg, resume=state)``) keeps the rows up to its checkpoint's step
-(rows written after the checkpoint are dropped: those updates are done again), appends to the
-same files, and continues the counters and the summary.
+A new run starts these files afresh, also in a folder an earlier run used (that run's
+``summary.json``, ``curves.png`` and ``tensorboard/`` are removed, and W&B and trackio get a new
+run). A resumed run (``RunLog(cfg, resume=state)``) keeps exactly the rows written before its
+checkpoint (a checkpoint at update S is written before the next poll, so rows logged after it
+with trainer step S are dropped with those of the later updates: the resumed process does them
+again), appends to the same files, and continues the counters, the summary and the dashboards'
+runs (:func:`~tba_lab.reporting.make_reporters`). Rows of earlier steps written after the
+checkpoint (the deferred interim evaluations of a finished run) are kept.
 
 Also here: :func:`read_jsonl_rows` (the reader of these files, tolerant of a line being
 written) and :func:`moving_average`, which the plots and the course's analysis tools share.
@@ -36,11 +41,15 @@ written) and :func:`moving_average`, which the plots and the course's analysis t
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
 from tba_lab.buffer import ReplayBuffer
-from tba_lab.reporting import RATE_SECONDS, Console, make_reporters, update_scalars
+from tba_lab.reporting import (RATE_SECONDS, Console, folder_tracker_runs, make_reporters,
+                               update_scalars)
+
+LOG_FILES = {"metrics": "step", "searchers": "trainer_step", "eval": "step"}  # file -> step key
 
 
 def read_jsonl_rows(path: str | Path) -> list[dict]:
@@ -139,17 +148,30 @@ class RunLog:
         self.nonfinite = 0            # rewards dropped because they were NaN or infinite
         self.elapsed_saved = 0.0      # training seconds before this (resumed) process
         mode, self.first_step, evals = "w", 0, []
+        self.rows = dict.fromkeys(LOG_FILES, 0)  # rows in each file (a resume's kept ones too)
+        self.recent: tuple[int, list[dict]] = (-1, [])  # dashboard values at the newest step
+        reporting = {}  # make_reporters' arguments of a resumed run
         if resume is not None:
-            self.first_step = resume["step"]
+            self.first_step = step = resume["step"]
             for k in self._COUNTERS:
                 setattr(self, k, resume[k])
             self.summary.update(resume["summary"], interrupted=False,
                                 resumes=resume["summary"].get("resumes", 0) + 1)
             self.summary.pop("error", None)  # the error that stopped the previous process
-            _keep_rows(self.out / "metrics.jsonl", "step", resume["step"])
-            _keep_rows(self.out / "searchers.jsonl", "trainer_step", resume["step"])
-            evals = _keep_rows(self.out / "eval.jsonl", "step", resume["step"])
+            written = resume.get("rows")  # None: a checkpoint that did not count its rows
+            sent = step
+            for name, key in LOG_FILES.items():
+                kept, last = _keep_rows(self.out / f"{name}.jsonl", key, step,
+                                        None if written is None else written[name])
+                self.rows[name], sent = len(kept), max(sent, last)
+                evals = kept if name == "eval" else evals
+            resent = resume.get("reports")  # None: no such record, the events of `step` stay
+            reporting = {"purge_step": step if resent is not None else step + 1,
+                         "tracker_runs": resume.get("trackers", folder_tracker_runs(self.out)),
+                         "sent_through": sent}
             mode = "a"
+        else:
+            self._forget_previous_run()
         self.metrics_f = open(self.out / "metrics.jsonl", mode)
         self.searchers_f = open(self.out / "searchers.jsonl", mode)
         self.eval_f = open(self.out / "eval.jsonl", mode)
@@ -162,17 +184,37 @@ class RunLog:
         if evals:  # a resumed run shows its last held-out metric until it evaluates again
             key = eval_metric(evals[-1])
             self.console.evaluated(evals[-1]["step"], key, evals[-1][key])
-        self.reporters = make_reporters(cfg, self.out, self.first_step, resume is not None)
+        self.reporters = make_reporters(cfg, self.out, self.first_step, **reporting)
+        for values in (resume or {}).get("reports") or []:  # the events of its step it keeps
+            self._report(values, self.first_step)
         self.rates: dict = {}  # throughput/* of the last full window (RATE_SECONDS)
         self.window = (self.t_start, self.first_step, self.samples, 0.0)  # t, step, samples, busy s
 
     def state_dict(self, step: int) -> dict:
-        """The counters and summary so far at trainer ``step``, for a checkpoint (plain types)."""
+        """The counters and summary so far at trainer ``step``, for a checkpoint (plain types).
+
+        Also what a resume needs to keep exactly what was logged before this checkpoint:
+        ``rows`` (rows written to each JSONL file), ``reports`` (the dashboard values sent at
+        ``step``, sent again after TensorBoard purges the step) and ``trackers`` (``{report_to
+        name: run id}`` of W&B and trackio, the runs a resume continues)."""
         for r in self.reporters:  # the events up to the checkpoint are on disk before it is
             r.flush()
         state = {k: getattr(self, k) for k in self._COUNTERS}
-        state.update(elapsed_saved=self.elapsed(), step=step, summary=dict(self.summary))
+        at, values = self.recent
+        state.update(elapsed_saved=self.elapsed(), step=step, summary=dict(self.summary),
+                     rows=dict(self.rows), reports=[dict(v) for v in values] if at == step else [],
+                     trackers={name: r.run_id for name, r in zip(self.cfg.report_to, self.reporters)
+                               if getattr(r, "run_id", None) is not None})
         return state
+
+    def _forget_previous_run(self) -> None:
+        """A new run in a folder an earlier run used: the files it does not rewrite at once go
+        (its summary would stand for this run's, e.g. to ``check_budget_left``; its
+        TensorBoard events would mix with this run's at the same steps)."""
+        for name in ("summary.json", "curves.png"):
+            (self.out / name).unlink(missing_ok=True)
+        if (self.out / "tensorboard").is_dir():
+            shutil.rmtree(self.out / "tensorboard")
 
     # -------------------------------------------------------------------- clock
     def start_clock(self) -> float:
@@ -224,6 +266,7 @@ class RunLog:
             self._report({f"searcher/{k}/s{batch.searcher_id}": v for k, v in (
                 ("gen_seconds", batch.gen_seconds), ("score_seconds", batch.score_seconds),
                 ("sync_seconds", batch.sync_seconds), ("version_lag", step - batch.version))}, step)
+            self.rows["searchers"] += 1
             self.searchers_f.write(json.dumps({
                 "searcher_id": batch.searcher_id, "version": batch.version,
                 "t_start": round(batch.t_start - self.t_start, 4),
@@ -255,6 +298,13 @@ class RunLog:
         self.console.write(msg)
 
     def _report(self, values: dict, step: int) -> None:
+        if not self.reporters:
+            return
+        at, sent = self.recent
+        if step > at:
+            self.recent = (step, [values])
+        elif step == at:
+            sent.append(values)
         for r in self.reporters:
             r.scalars(values, step)
 
@@ -292,6 +342,7 @@ class RunLog:
         if step % self.cfg.log_every == 0:
             self.metrics_f.write(json.dumps(row) + "\n")
             self.metrics_f.flush()
+            self.rows["metrics"] += 1
             self._report(update_scalars(row), step)
         self._rates(step, now, row["update_seconds"] + row["reference_seconds"])
         self.console.update(step, now - self.t_start,
@@ -328,6 +379,7 @@ class RunLog:
             wall = {"before": 0.0, "after": self.summary["wall_seconds"]}.get(when, round(self.elapsed(), 1))
         self.eval_f.write(json.dumps({"step": step, "wall_seconds": wall, **metrics, "n": n}) + "\n")
         self.eval_f.flush()
+        self.rows["eval"] += 1
         self._report({f"eval/{k}": v for k, v in metrics.items()
                       if isinstance(v, (int, float)) and not isinstance(v, bool)}, step)
         if metrics:
@@ -339,7 +391,7 @@ class RunLog:
             self.summary[f"eval_seconds_{when}"] = round(seconds, 1)
         if when == "interim":
             shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-            self.console.write(f"step {step}: held-out {shown} ({n} problems)")
+            self.console.info(f"step {step}: held-out {shown} ({n} problems)")
         if when != "before":
             self.next_eval_from_now()
             self.t_free = time.time()  # evaluation is not waiting for data
@@ -376,15 +428,24 @@ class RunLog:
         return self.summary
 
 
-def _keep_rows(path: Path, key: str, last_step: int) -> list[dict]:
-    """Rewrite the JSONL file ``path`` keeping rows whose ``key`` is at most ``last_step`` (a
-    torn last line from a killed process is dropped too); atomic (temporary file, rename).
-    Returns the rows kept."""
-    rows = [r for r in read_jsonl_rows(path) if r.get(key, 0) <= last_step]
+def _keep_rows(path: Path, key: str, step: int, written: int | None) -> tuple[list[dict], int]:
+    """Rewrite the JSONL file ``path`` for a resume from a checkpoint at update ``step``: keep
+    the rows whose ``key`` is below ``step``, and those at ``step`` among its first ``written``
+    rows (written before the checkpoint; the resumed process logs that step's later ones
+    again); rows of later steps go. ``written`` None (a checkpoint that did not count its rows):
+    every row at ``step`` is kept. A torn last line from a killed process is dropped too; the
+    rewrite is atomic (temporary file, rename).
+
+    Returns:
+        (the rows kept, the largest ``key`` in the file before the rewrite, -1 when empty).
+    """
+    rows = read_jsonl_rows(path)
+    kept = [r for i, r in enumerate(rows) if r.get(key, 0) < step
+            or (r.get(key, 0) == step and (written is None or i < written))]
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
     tmp.replace(path)
-    return rows
+    return kept, max((r.get(key, 0) for r in rows), default=-1)
 
 
 def split_evals(evals: list[dict], summary: dict | None = None) -> tuple[list, list, list]:

@@ -43,12 +43,14 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import shutil
 import signal
 import threading
 import time
 import traceback
 import warnings
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -182,7 +184,7 @@ class Feed:
         self._check_stale(batches, step)
         self.log.received(batches, step)
         for msg in batches:
-            self.buffer.add(msg.rollouts)
+            self.buffer.add(msg.rollouts, copy=False)  # unpickled from the queue: ours alone
             if self.sync and msg.version == step:
                 self.fresh = complete_groups(msg.rollouts, self.cfg.training.num_generations) or None
         if self.sync:
@@ -611,10 +613,12 @@ class _Saver:
         self.saved_step, self.next_time = -1, float("inf")
 
     def forget_previous_run(self) -> None:
-        """A new run in an output_dir that holds another run's checkpoint replaces it."""
-        old = checkpoint_path(self.cfg.output_dir)
-        if old.exists():
-            old.unlink()
+        """A new run in an output_dir that holds another run's checkpoint, saved policy and
+        buffer replaces them, so nothing in the folder is left over from the other run."""
+        out = Path(self.cfg.output_dir)
+        checkpoint_path(out).unlink(missing_ok=True)
+        (out / "buffer.pt").unlink(missing_ok=True)
+        shutil.rmtree(out / "policy", ignore_errors=True)
 
     def start_clock(self, step: int) -> None:
         self.saved_step = step

@@ -154,3 +154,88 @@ def test_console_bar_runs_over_the_budget_and_the_status_line_fits(capsys):
         10**9, 10**7, {"updates_per_minute": 1e9, "samples_per_minute": 1e12, "staleness_mean":
                        1e6, "staleness_max": 10**9, "reward_mean": -1e9})
     assert len(line) < 300 and "1,000,000,000,000 samples/min" in line, line
+
+
+_CONSOLE_CELL = """\
+import time
+from tba_lab.config import from_dict
+from tba_lab.reporting import Console
+console = Console(from_dict({"max_minutes": 0.1, "status_every_seconds": 0.01}), True, 0)
+console.start(0.0)
+for step in (1, 2):
+    time.sleep(0.05)
+    console.update(step, 1.5 * step, {"updates_per_minute": 60.0})
+console.close()
+"""
+
+
+def test_a_notebook_run_by_papermill_gets_status_lines_not_a_widget(tmp_path, caplog):
+    """After papermill#617 and #765: a run's console in a notebook that papermill executes
+    (nobody sees a widget there: nbclient's frontend takes no input and renders nothing) prints
+    the plain status lines, which land in the executed notebook and in papermill's log
+    (``--log-output``), instead of a tqdm widget whose only text is its first frame."""
+    import logging
+
+    nbformat = pytest.importorskip("nbformat")
+    pm = pytest.importorskip("papermill")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(_CONSOLE_CELL)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    src, out = tmp_path / "run.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, src)
+    with caplog.at_level(logging.INFO, logger="papermill"):
+        pm.execute_notebook(str(src), str(out), log_output=True, progress_bar=False, cwd=str(REPO))
+    outputs = nbformat.read(out, as_version=4).cells[0].outputs
+    kinds = sorted({key for o in outputs for key in o.get("data", {})})
+    assert "application/vnd.jupyter.widget-view+json" not in kinds, f"a widget: {outputs}"
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert re.findall(r"^\[\s*\d+/6 s\] step (\d) \|", text, re.M) == ["1", "2"], text
+    logged = [m for m in caplog.messages if re.match(r"\[\s*\d+/6 s\] step \d \| 60 upd/min", m)]
+    assert len(logged) == 2, caplog.messages
+
+
+def test_interactive_in_a_kernel_follows_whether_the_frontend_takes_input():
+    """In a Jupyter kernel the bar is drawn for a frontend that takes input (JupyterLab,
+    VS Code: ``allow_stdin`` true in the execute request) and not for one that does not
+    (papermill, ``nbconvert --execute``: nbclient sends false), whatever the kernel is."""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    km, kc = jupyter_client.manager.start_new_kernel(kernel_name="python3", cwd=str(REPO))
+    try:
+        seen = {}
+        for allow in (False, True):
+            lines = []
+
+            def hook(msg):
+                if msg["msg_type"] == "stream":
+                    lines.append(msg["content"]["text"])
+
+            kc.execute_interactive("from tba_lab.reporting import interactive\nprint(interactive())",
+                                   allow_stdin=allow, timeout=60, output_hook=hook)
+            seen[allow] = "".join(lines).strip()
+        assert seen == {False: "False", True: "True"}, seen
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_no_progress_prints_warnings_only(tmp_path, capsys):
+    """``--no-progress`` (``progress=False``): an interim evaluation, the placement line and
+    a resume's first line print nothing; a warning (a skipped update) still prints."""
+    from tba_lab.actors import placement
+    from tba_lab.runlog import RunLog
+
+    cfg = from_dict({"output_dir": str(tmp_path / "run")})
+    log = RunLog(cfg, progress=False)
+    log.evaluation(0, {"accuracy": 0.1}, 8, "before", 0.1)
+    log.start_clock()
+    log.evaluation(3, {"accuracy": 0.25}, 8, "interim", 0.1)
+    log.placement(placement.plan(cfg), "placement: a line")
+    log.skipped_update(4, float("nan"), 1.0)
+    state = log.state_dict(3)
+    log.close(3)
+    resumed = RunLog(cfg, progress=False, resume=state)
+    resumed.start_clock()
+    resumed.close(3)
+    out = capsys.readouterr().out
+    assert out == "warning: update 4 skipped: loss nan, gradient norm 1.0 (not finite); the " \
+                  "weights are unchanged\n", out

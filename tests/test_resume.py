@@ -135,10 +135,10 @@ def test_sigkill_then_resume_ends_at_the_planned_step_and_continues_the_files(tm
     [lock] = Path(tempfile.gettempdir()).glob(f"{LOCK_PREFIX}{pid}-*")
     lock.unlink()
     logged = max(r["step"] for r in _jsonl(run / "metrics.jsonl"))
-    saved = load_checkpoint(run)["step"]
+    checkpoint = load_checkpoint(run)
+    saved = checkpoint["step"]
     assert logged - 4 <= saved <= logged and saved % 4 == 0  # at most save_steps updates lost
-    from tba_lab.runlog import read_jsonl_rows
-    kept = sum(r["trainer_step"] <= saved for r in read_jsonl_rows(run / "searchers.jsonl"))
+    kept = checkpoint["log"]["rows"]["searchers"]  # the rows written before the checkpoint
 
     done = _tba_lab("train", "--resume", str(run), "--no-progress")
     assert done.returncode == 0, done.stderr
@@ -150,6 +150,7 @@ def test_sigkill_then_resume_ends_at_the_planned_step_and_continues_the_files(tm
     assert [e["step"] for e in evals] == [0, 24]  # before (first process), after (resumed one)
     searchers = _jsonl(run / "searchers.jsonl")
     assert all(r["trainer_step"] <= saved for r in searchers[:kept])
+    assert sum(r["rollouts"] for r in searchers) == summary["samples_generated"]
     assert load_checkpoint(run)["step"] == 24
     # the resumed run's searchers started from the checkpoint's weights, tagged with its step
     assert len(searchers) > kept and min(r["version"] for r in searchers[kept:]) == saved
@@ -322,3 +323,123 @@ def test_resume_applies_a_new_learning_rate_and_refuses_what_the_checkpoint_woul
         field = f"{section}.{name}" if section else name
         with pytest.raises(ConfigError, match=f"with {field}=.* but this config says {field}="):
             check_same_run(saved, changed)
+
+
+def _log_batch(i: int, version: int, n: int = 8):
+    from tba_lab.rollout.collect import RolloutBatch
+
+    rows = [Rollout(prompt_id=0, prompt_ids=[1, 5], response_ids=[7, 2], reward=0.5,
+                    ref_token_logps=[-1.0, -1.0], behaviour_token_logps=[-0.5, -0.5],
+                    version=version) for _ in range(n)]
+    return RolloutBatch(rollouts=rows, completions=[""] * n, version=version,
+                        gen_seconds=1.0 + i / 100, score_seconds=0.1)
+
+
+def _log_update(log, step: int) -> None:
+    log.update(step, _log_batch(0, step - 1).rollouts[:4], step / 10, {}, 1.0, 1e-5,
+               time.time(), 4)
+
+
+def _log_killed(log) -> None:
+    """What a SIGKILL leaves: every row and event so far on disk, no summary."""
+    for f in (log.metrics_f, log.searchers_f, log.eval_f):
+        f.close()
+    for r in log.reporters:
+        r.flush()
+
+
+def test_a_resume_drops_the_rows_and_events_logged_after_its_checkpoint(tmp_path):
+    """After fvisin/main_loop_tf#22, tensorboard#3732, OneTrainer PR 1422. The trainer's order:
+    update S, checkpoint at S, then the next poll logs the batches it drains with trainer step
+    S. Killed after update 3 with its checkpoint at 2 and a batch received after it, then
+    resumed to 4: ``searchers.jsonl`` sums to ``samples_generated`` (the checkpoint's buffer
+    never held the dropped batch), and TensorBoard's searcher tags have exactly the rows of
+    ``searchers.jsonl`` (no second value at step 2), its train tags each update once."""
+    pytest.importorskip("tensorboard")
+    from tba_lab.reporting import read_tensorboard
+    from tba_lab.runlog import RunLog, read_jsonl_rows
+
+    run = tmp_path / "run"
+    cfg = from_dict({"output_dir": str(run), "report_to": ["tensorboard"],
+                     "training": {"num_prompts_per_step": 1, "num_generations": 4}})
+    log = RunLog(cfg, progress=False)
+    log.received([_log_batch(0, 0), _log_batch(1, 0)], 0)  # the initial fill
+    _log_update(log, 1)
+    log.received([_log_batch(2, 1)], 1)
+    _log_update(log, 2)
+    log.evaluation(2, {"accuracy": 0.25}, 8, "interim", 0.1)
+    state = log.state_dict(2)                                # checkpoint at update 2
+    log.received([_log_batch(3, 2)], 2)                      # drained after it
+    _log_update(log, 3)
+    log.received([_log_batch(4, 3)], 3)
+    _log_killed(log)
+
+    resumed = RunLog(cfg, progress=False, resume=state)
+    resumed.received([_log_batch(5, 2)], 2)
+    _log_update(resumed, 3)
+    resumed.received([_log_batch(6, 3)], 3)
+    _log_update(resumed, 4)
+    summary = resumed.close(4)
+
+    rows = read_jsonl_rows(run / "searchers.jsonl")
+    assert sum(r["rollouts"] for r in rows) == summary["samples_generated"] == 40
+    assert [(r["trainer_step"], r["gen_seconds"]) for r in rows] == \
+        [(0, 1.0), (0, 1.01), (1, 1.02), (2, 1.05), (3, 1.06)]
+    tb = read_tensorboard(run)
+    got = [(s, round(v, 4)) for s, v in tb["searcher/gen_seconds/s0"]]
+    assert got == [(r["trainer_step"], r["gen_seconds"]) for r in rows], got
+    assert [s for s, _ in tb["train/loss"]] == [1, 2, 3, 4]
+    assert [s for s, _ in tb["eval/accuracy"]] == [e["step"] for e in
+                                                   read_jsonl_rows(run / "eval.jsonl")] == [2]
+
+
+def test_an_extended_run_keeps_its_deferred_evaluations_and_drops_its_old_after_row(tmp_path):
+    """A finished run (final checkpoint at 3, then its deferred interim evaluation of the
+    copy from update 2 and its "after" evaluation at 3) extended with ``--resume``: the
+    interim row of update 2 stays (nothing redoes it; TensorBoard keeps it too), the old
+    "after" row at 3 goes (written after the checkpoint; its numbers are not in the summary the
+    resume continues), so eval.jsonl and TensorBoard list the same evaluations."""
+    pytest.importorskip("tensorboard")
+    from tba_lab.reporting import read_tensorboard
+    from tba_lab.runlog import RunLog, read_jsonl_rows
+
+    run = tmp_path / "run"
+    cfg = from_dict({"output_dir": str(run), "report_to": ["tensorboard"],
+                     "training": {"num_prompts_per_step": 1, "num_generations": 4}})
+    log = RunLog(cfg, progress=False)
+    log.evaluation(0, {"accuracy": 0.1}, 8, "before", 0.1)
+    for step in (1, 2, 3):
+        _log_update(log, step)
+    log.stop_clock()
+    state = log.state_dict(3)                                # the final checkpoint
+    log.evaluation(2, {"accuracy": 0.2}, 4, "interim", 0.1, wall=1.0)
+    log.evaluation(3, {"accuracy": 0.3}, 8, "after", 0.1)
+    log.close(3)
+
+    resumed = RunLog(cfg, progress=False, resume=state)
+    _log_update(resumed, 4)
+    resumed.stop_clock()
+    resumed.evaluation(4, {"accuracy": 0.4}, 8, "after", 0.1)
+    summary = resumed.close(4)
+    evals = read_jsonl_rows(run / "eval.jsonl")
+    assert [(e["step"], e["accuracy"]) for e in evals] == [(0, 0.1), (2, 0.2), (4, 0.4)]
+    tb = read_tensorboard(run)
+    assert [(s, round(v, 4)) for s, v in tb["eval/accuracy"]] == [(0, 0.1), (2, 0.2), (4, 0.4)]
+    assert summary["accuracy_after"] == 0.4
+
+
+def test_a_new_run_in_a_used_folder_leaves_no_file_of_the_other_run(tmp_path):
+    """Before a fresh run's first update, the other run's checkpoint, saved ``policy/`` and
+    ``buffer.pt`` are gone: a fresh run stopped before its end would otherwise leave the old
+    run's final policy beside its own logs, and ``tba-lab eval`` would score the wrong model."""
+    from tba_lab.trainer import _Saver
+
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "model.safetensors").write_bytes(b"old")
+    (tmp_path / "buffer.pt").write_bytes(b"old")
+    save_checkpoint(tmp_path, {"step": 7})
+    keep = tmp_path / "notes.txt"
+    keep.write_text("the user's")
+    _Saver(from_dict({"output_dir": str(tmp_path)}), None, None, None, None, None
+           ).forget_previous_run()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

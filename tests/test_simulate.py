@@ -252,7 +252,7 @@ def test_overhead_is_the_median_wait_or_with_a_replay_bound_the_smallest():
 
 
 # ----------------------------------------------------------------------------------------------
-# Reference pass placement, threads, shared devices (issue 32) and the scaling prediction
+# Reference pass placement, threads, shared devices and the scaling prediction
 # ----------------------------------------------------------------------------------------------
 
 
