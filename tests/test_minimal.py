@@ -181,7 +181,11 @@ def test_buffer_stores_copies_of_the_rows_it_is_given():
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0"])
-def test_minutes_must_be_finite_and_positive(value, capsys):
+def test_minutes_must_be_finite_and_positive(value, capsys, monkeypatch):
+    def train(settings):  # an accepted value would train for ever (inf) or not at all
+        raise AssertionError(f"--minutes {value} was accepted")
+
+    monkeypatch.setattr(minimal, "train", train)
     with pytest.raises(SystemExit):
         minimal.main(["--minutes", value])
     assert "--minutes: finite and > 0" in capsys.readouterr().err
