@@ -601,9 +601,8 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, kl: torch.Tensor | N
     if kl is not None and beta != 0:
         _check_same_shape(rewards=rewards, kl=kl)
         shaped = shaped - beta * kl.detach().to(shaped.dtype)
-    grouped = shaped.view(b, group_size)                                   # (B, K)
-    loo_mean = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
-    adv = grouped - loo_mean
+    adv = (shaped - _leave_one_out_mean(shaped, group_size)).view(b, group_size)  # (B, K)
+    grouped = shaped.view(b, group_size)
     all_equal = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)
     return torch.where(all_equal, torch.zeros_like(adv), adv).reshape(-1)  # (N,)
 
