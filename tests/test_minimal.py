@@ -228,7 +228,10 @@ def _start(marker: str, minutes: float) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tba_lab.minimal", "--minutes", str(minutes), "--eval-size", "20",
          "--seed", "3"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "TBA_MINIMAL_TEST": marker}, start_new_session=True)
+        env={**os.environ, "TBA_MINIMAL_TEST": marker}, start_new_session=True,
+        # a shell's background job (`pytest ... &`) ignores SIGINT and its children inherit it:
+        # give the run Python's Ctrl-C, as in a terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_a_brief_run_trains_and_leaves_no_process():
