@@ -518,9 +518,10 @@ def validate(cfg: RunConfig) -> RunConfig:
     """Check every field's range; raise :class:`ConfigError` naming the field and the fix.
 
     Every float option must be finite (:func:`check_finite`; +inf only where it means no
-    limit, :func:`inf_means_no_limit`). Core sections are checked here; each registered section by its own ``validate()``, and the
-    chosen algorithm, task, generation backend and launcher by their ``check_config(cfg)``
-    (cross-section rules, data paths, an optional extra that is not installed).
+    limit, :func:`inf_means_no_limit`). Core sections are checked here; each registered
+    section by its own ``validate()``, and the chosen algorithm, task, generation backend and
+    launcher by their ``check_config(cfg)`` (cross-section rules, data paths, an optional
+    extra that is not installed).
     """
     for registry, value in _chosen(cfg):
         check_choice(value, registry.names(), registry.config_key)
