@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tba_lab.actors.placement import available_cores
 from tba_lab.runlog import read_jsonl_rows
 
 
@@ -192,7 +193,7 @@ def run_measurements(run_dir) -> dict:
     updates = read_jsonl_rows(run_dir / "metrics.jsonl")
     mode = a.get("mode", "async")
     placed = summary.get("placement") or {}  # the resolved threads; absent: 1 per async process
-    auto = 1 if mode == "async" else _cores()
+    auto = 1 if mode == "async" else available_cores()  # the "0 = auto" rule in sync mode
 
     def med(rows, key):
         vals = [r[key] for r in rows if r.get(key) is not None]
@@ -209,14 +210,6 @@ def run_measurements(run_dir) -> dict:
             "searcher_threads": int(placed.get("searcher_threads") or a.get("searcher_threads") or auto),
             "trainer_threads": int(placed.get("trainer_threads") or a.get("trainer_threads") or auto),
             "trainer_steps": summary.get("trainer_steps"), "wall_seconds": summary.get("wall_seconds")}
-
-
-def _cores() -> int:
-    """What the trainer's "0 = auto" thread rule gives in sync mode: every core this process may
-    use (:func:`tba_lab.actors.placement.available_cores`, a CPU quota included)."""
-    from tba_lab.actors.placement import available_cores
-
-    return available_cores()
 
 
 def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legend: bool = True):

@@ -80,11 +80,12 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
     row.update(predicted_from=base["searchers"], predicted_steady_upm=None,
                predicted_budget_upm=None, closed_form_upm=None)
     if all(math.isfinite(bt[k]) for k in ("gen_seconds", "score_seconds", "update_seconds")):
-        sim = simulate_run(t, timings=bt, cores=available_cores(), seed=int(summary["seed"]))
+        cores = available_cores()
+        sim = simulate_run(t, timings=bt, cores=cores, seed=int(summary["seed"]))
         row.update(predicted_steady_upm=_finite(sim.steady_updates_per_minute),
                    predicted_budget_upm=_finite(sim.updates_per_minute),
                    closed_form_upm=async_throughput(bt["gen_seconds"], bt["score_seconds"],
-                                                    bt["update_seconds"], n, available_cores())[0])
+                                                    bt["update_seconds"], n, cores)[0])
     row["measured_steady_upm"] = row["timings"]["steady_updates_per_minute"]
     return row
 
