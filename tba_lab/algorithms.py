@@ -14,9 +14,11 @@ An algorithm is what the trainer needs to turn a prompt-major batch into a loss:
 * ``parameters()``: extra optimizer parameter groups the algorithm owns (a learned log Z).
 
 The loss units themselves live in :mod:`tba_lab.losses` (one function per equation); a class
-here only says how they are fed. Each is registered in :data:`tba_lab.registry.ALGORITHMS` by
-its decorator; a new one is a loss unit plus a decorated subclass here, or a module of its own
-(``docs/design.md`` sec. 5 walks through an example).
+here only says how they are fed. :func:`compute_loss`, which every algorithm's batch goes
+through, adds what every loss logs: ``beta`` and ``behaviour_kl`` (the batch's off-policyness,
+KL(mu || pi_theta) in nats per response). Each algorithm is registered in
+:data:`tba_lab.registry.ALGORITHMS` by its decorator; a new one is a loss unit plus a decorated
+subclass here, or a module of its own (``docs/design.md`` sec. 5 walks through an example).
 
 | algo | loss | paper |
 |---|---|---|
@@ -35,8 +37,8 @@ import torch
 
 from tba_lab.config import check, check_choice
 from tba_lab.losses import (GRPO_LOSS_TYPES, KL_ESTIMATORS, SCALE_REWARDS, TB_LOSS_TYPES,
-                            beta_schedule, group_advantages, grpo_loss, online_dpo_loss,
-                            rloo_advantages, rloo_loss, sequence_logprobs,
+                            behaviour_kl, beta_schedule, group_advantages, grpo_loss,
+                            online_dpo_loss, rloo_advantages, rloo_loss, sequence_logprobs,
                             trajectory_balance_loss)
 from tba_lab.registry import ALGORITHMS
 from tba_lab.rollout.scoring import response_logprobs
@@ -121,6 +123,13 @@ class PolicyBatch:
         """(N,) log pi_behaviour(y|x) of the policy that sampled each row."""
         return self.behaviour_token_logps.sum(dim=1)
 
+    def behaviour_kl(self) -> float:
+        """How off-policy this batch is, in nats per response: the mean over its N rows of
+        log mu(y|x) - log pi_theta(y|x) (behaviour minus current policy, each summed over the
+        response's tokens, no grad), the Monte Carlo estimate of KL(mu || pi_theta); see
+        :func:`~tba_lab.losses.behaviour_kl`. A python float; ~0 on-policy."""
+        return behaviour_kl(self.token_logps, self.behaviour_token_logps, self.mask).item()
+
     @classmethod
     def from_rollouts(cls, model, rollouts: list, pad_id: int, temperature: float, group_size: int,
                       with_reference: bool) -> "PolicyBatch":
@@ -192,9 +201,17 @@ class Algorithm:
 def compute_loss(algorithm: Algorithm, model, rollouts: list, pad_id: int, step: int):
     """Loss of one prompt-major batch of B*K rollouts under the current ``model``.
 
+    Every algorithm's batch goes through here, so the metrics every loss logs are added here:
+    ``beta`` (the value in force at ``step``) and ``behaviour_kl``
+    (:meth:`PolicyBatch.behaviour_kl`: KL(mu || pi_theta) estimated on the batch, nats per
+    response, how off-policy the rows are under the weights being trained). A loss's own
+    terms come from its ``loss`` (``clip_fraction`` only from the PPO-clipped GRPO, Dr. GRPO
+    and RLOO).
+
     Returns:
         (loss, info): a 0-dim float32 tensor with grad, and a dict of finite floats for
-        logging, including ``beta`` (the value in force at ``step``).
+        logging (``metrics.jsonl`` and the dashboards): the loss's terms, ``beta`` and
+        ``behaviour_kl``.
 
     Raises:
         ValueError: the loss reads reference log-probs the rollouts do not carry, or a bad
@@ -206,6 +223,7 @@ def compute_loss(algorithm: Algorithm, model, rollouts: list, pad_id: int, step:
     batch = PolicyBatch.from_rollouts(model, rollouts, pad_id, cfg.model.temperature,
                                       cfg.training.num_generations, algorithm.needs_reference())
     loss, info = algorithm.loss(batch, step)
+    info = {**info, "behaviour_kl": batch.behaviour_kl()}
     info = {k: v for k, v in info.items() if isinstance(v, float) and math.isfinite(v)}
     info["beta"] = algorithm.beta(step)
     return loss, info

@@ -3,7 +3,9 @@
 What is here (pure tensor functions, no model calls, all differentiable where they should be):
 
 * Log-prob utilities shared by every loss: ``token_logprobs`` (temperature-scaled, like the
-  sampler), ``masked_sum``, ``masked_mean``, ``sequence_logprobs``.
+  sampler), ``masked_sum``, ``masked_mean``, ``sequence_logprobs``; and ``behaviour_kl``, how
+  off-policy a batch is in nats per response (an estimate of KL(mu || pi_theta), logged for
+  every loss by :func:`tba_lab.algorithms.compute_loss`).
 * Trajectory balance for off-policy post-training, following Bartoldson et al., "Trajectory
   Balance with Asynchrony" (TBA, arXiv 2503.18929), Sec. 3:
     - target distribution          pi*(y|x) ~ pi_ref(y|x) exp(r(x, y) / beta)        (Eq. 2)
@@ -53,6 +55,7 @@ __all__ = [
     "masked_sum",
     "masked_mean",
     "sequence_logprobs",
+    "behaviour_kl",
     "vargrad_log_z",
     "trajectory_balance_loss",
     "group_advantages",
@@ -210,6 +213,40 @@ def sequence_logprobs(token_logps: torch.Tensor, mask: torch.Tensor) -> torch.Te
         ValueError: shapes differ.
     """
     return masked_sum(token_logps, mask)
+
+
+def behaviour_kl(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor,
+                 mask: torch.Tensor) -> torch.Tensor:
+    """Off-policyness of a batch in nats: a Monte Carlo estimate of KL(mu || pi_theta).
+
+        behaviour_kl = 1/N sum_i [ log mu(y_i|x_i) - log pi_theta(y_i|x_i) ],   y_i ~ mu(.|x_i)
+
+    mu is the behaviour policy that sampled row i (a searcher's weights, ``version`` updates
+    old), pi_theta the policy being trained; each log-prob is the sum over the response's
+    masked tokens (:func:`sequence_logprobs`), so the unit is **nats per response**. Rows are
+    drawn from mu, so the mean is the unbiased single-sample ("k1") estimator of
+    KL(mu || pi_theta) (Schulman, "Approximating KL Divergence", 2020): the behaviour-policy
+    KL that PPO implementations log as ``approx_kl`` (OpenAI Spinning Up's PPO: the mean of
+    logp_old - logp), summed here over a response's tokens. One row may be negative; the mean
+    is >= 0 in expectation, and 0 on-policy (mu = pi_theta, sync mode). With a replay buffer
+    each row has its own mu (its version), so this is the mean over rows of each row's KL.
+
+    Args:
+        token_logps: (N, T) float current-policy token log-probs (a grad, if any, is not used).
+        behaviour_token_logps: (N, T) float behaviour-policy token log-probs (data).
+        mask: (N, T) bool/float response mask, the same for both.
+
+    Returns:
+        0-dim tensor, dtype of ``token_logps``, detached: nats per response.
+
+    Raises:
+        ValueError: shapes differ.
+    """
+    _check_same_shape(token_logps=token_logps, behaviour_token_logps=behaviour_token_logps,
+                      mask=mask)
+    with torch.no_grad():
+        log_mu = sequence_logprobs(behaviour_token_logps.to(token_logps.dtype), mask)  # (N,)
+        return (log_mu - sequence_logprobs(token_logps.detach(), mask)).mean()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,7 +12,11 @@ algorithm). Files in ``cfg.output_dir``:
   update), ``reference_seconds`` (the trainer's reference pass on the rows of this update's
   batch that had none yet, ``async.reference_pass: trainer``; 0 otherwise; not part of
   ``wait_seconds``), ``update_seconds``, the newest searcher batch's ``gen_seconds``/``score_seconds``,
-  and the loss's own terms such as ``beta``, ``log_z``, ``kl``, ``clip_fraction``);
+  ``behaviour_kl`` (every loss: the batch's mean of log mu(y|x) - log pi_theta(y|x), behaviour
+  minus current policy summed over each response's tokens, an estimate of KL(mu || pi_theta)
+  in nats per response; :func:`tba_lab.algorithms.compute_loss`), and the loss's own terms
+  such as ``beta``, ``log_z``, ``kl``, ``clip_fraction`` (only the PPO-clipped losses: GRPO,
+  Dr. GRPO, RLOO));
 * ``searchers.jsonl``: one object per generation batch received (``searcher_id``, ``version``,
   ``t_start``/``t_end``/``received`` in seconds since training began, ``trainer_step``,
   ``gen_seconds``, ``score_seconds``, ``rollouts``, ``nonfinite_rewards``,
@@ -23,8 +27,10 @@ algorithm). Files in ``cfg.output_dir``:
 * ``summary.json`` and ``curves.png`` at the end (also after Ctrl-C); its counters include
   ``nonfinite_rewards``, ``nonfinite_logprobs`` (rows dropped) and ``nonfinite_updates``
   (updates skipped for a NaN/inf loss or gradient norm: no optimizer step, no metrics row);
-* ``tensorboard/`` with ``report_to: [tensorboard]``: the same numbers live
-  (:mod:`tba_lab.reporting`, which also draws the console's bar or status lines).
+* ``tensorboard/`` with ``report_to: [tensorboard]``: the same numbers live, a metrics row's
+  ``*_seconds`` as ``time/<key>`` and the rest as ``train/<key>``, e.g. ``train/behaviour_kl``
+  and ``train/clip_fraction`` (:mod:`tba_lab.reporting`, which also draws the console's bar or
+  status lines).
 
 A new run starts these files afresh, also in a folder an earlier run used (that run's
 ``summary.json``, ``curves.png`` and ``tensorboard/`` are removed, and W&B and trackio get a new

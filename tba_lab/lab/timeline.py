@@ -12,15 +12,16 @@ Reads what :func:`tba_lab.trainer.train` writes:
   (``async.reference_pass: trainer``), drawn as busy just before the update
   (it ran somewhere in the gap); ``wait_seconds`` is the rest of the gap between the previous
   update's end and this one's start (draining the queue, sampling the replay buffer, or
-  waiting for data);
+  waiting for data); ``behaviour_kl`` is how off-policy the update's batch was, in nats per
+  response (KL(mu || pi_theta) estimated on the batch, :func:`tba_lab.losses.behaviour_kl`);
 * ``config.yaml`` (mode and sync period k) and ``summary.json``.
 
 All times are **seconds since training began** (the trainer's clock starts after the
 evaluation before training; the searchers start earlier, so their first batch can start at a
 negative time).
 
-Functions: :func:`load_timeline`, :func:`plot_timeline`, :func:`busy_fraction`,
-:func:`fresh_staleness_max`, :func:`arrival_lags`, :func:`run_measurements`,
+Functions: :func:`load_timeline`, :func:`plot_timeline`, :func:`plot_behaviour_kl`,
+:func:`busy_fraction`, :func:`fresh_staleness_max`, :func:`arrival_lags`, :func:`run_measurements`,
 :func:`trainer_seconds`, :func:`time_per_update`, :func:`format_time_per_update`, :func:`write_timeline`,
 :func:`plot_time_per_update`.
 """
@@ -69,7 +70,8 @@ def load_timeline(run_dir) -> dict:
         dict with
           ``searchers``: {searcher_id: {"gen": [(start, end), ...], "score": [(start, end), ...],
           "version": [policy version of each batch], "trainer_step": [updates done when received]}},
-          ``trainer``: {"update": [(start, end), ...], "wait": [(start, end), ...], "step": [...]},
+          ``trainer``: {"update": [(start, end), ...], "wait": [(start, end), ...], "step": [...],
+          "behaviour_kl": [nats per response of each update's batch, None where not logged]},
           ``publish``: [seconds at which new weights were published (end of every k-th update)],
           ``mode`` ("async"/"sync"), ``sync_period`` (k), ``wall_seconds`` (training length).
 
@@ -89,7 +91,7 @@ def load_timeline(run_dir) -> dict:
         s["score"].append((mid, r["t_end"]))
         s["version"].append(int(r["version"]))
         s["trainer_step"].append(int(r.get("trainer_step", -1)))
-    trainer = {"update": [], "wait": [], "step": []}
+    trainer = {"update": [], "wait": [], "step": [], "behaviour_kl": []}
     publish = []
     for m in read_jsonl_rows(run_dir / "metrics.jsonl"):
         end = m["wall_seconds"]
@@ -97,6 +99,7 @@ def load_timeline(run_dir) -> dict:
         trainer["update"].append((start, end))  # the reference pass counts as busy
         trainer["wait"].append((start - m.get("wait_seconds", 0.0), start))
         trainer["step"].append(int(m["step"]))
+        trainer["behaviour_kl"].append(m.get("behaviour_kl"))  # absent: a run that did not log it
         if int(m["step"]) % k == 0:
             publish.append(end)
     summary_path = run_dir / "summary.json"
@@ -266,6 +269,42 @@ def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legen
                        plt.Line2D([], [], color="k", linewidth=0.8, label="weights published")],
               loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(labels) < 3 else -0.25),
               ncol=3, fontsize=8, frameon=False)
+    return ax
+
+
+def plot_behaviour_kl(run_dir, ax=None, window=None, label: str | None = None, color=None):
+    """Draw off-policyness over time: each update's ``behaviour_kl`` (``metrics.jsonl``: the
+    batch's mean of log mu(y|x) - log pi_theta(y|x), an estimate of KL(mu || pi_theta) in nats
+    per response) at the end of the update, on the seconds axis of :func:`plot_timeline`.
+
+    Args:
+        run_dir: a :func:`tba_lab.trainer.train` output directory.
+        ax: a matplotlib Axes to draw on (a new figure when None); several runs can share one.
+        window: (t0, t1) in seconds since training began (default: the whole run).
+        label: the line's legend label (default: none).
+        color: the line's color (default: the Axes' next).
+
+    Returns:
+        the Axes. A run whose rows have no ``behaviour_kl`` draws nothing.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` has no ``metrics.jsonl`` (not a training run).
+    """
+    import matplotlib.pyplot as plt
+
+    tl = load_timeline(run_dir)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 2.4))
+    t0, t1 = window if window is not None else (0.0, tl["wall_seconds"])
+    pts = [(end, kl) for (_, end), kl in zip(tl["trainer"]["update"], tl["trainer"]["behaviour_kl"])
+           if kl is not None and t0 <= end <= t1]
+    if pts:
+        ax.plot(*zip(*pts), ".-", ms=3, lw=0.8, label=label, color=color)
+    ax.axhline(0.0, color="0.5", lw=0.6)  # on-policy
+    ax.set_xlim(t0, t1)
+    ax.set(xlabel="seconds since training began", ylabel="behaviour KL (nats / response)",
+           title="off-policyness of each update's batch: KL(mu || pi_theta)")
+    ax.grid(alpha=0.3)
     return ax
 
 

@@ -1,6 +1,6 @@
-"""Notebook 04 (asynchronous searchers): exercises. The first three are pieces of
-``tba_lab/minimal.py`` (their references are its functions), which the notebook assembles into a
-running loop with searcher threads.
+"""Notebook 04 (asynchronous searchers): exercises, and a helper that draws. The first three
+exercises are pieces of ``tba_lab/minimal.py`` (their references are its functions), which the
+notebook assembles into a running loop with searcher threads.
 
 Exercises
     04.weight_sync      publish with a version, pull when newer, no torn read (a seqlock)
@@ -8,6 +8,10 @@ Exercises
                         under the reference, tagged with the version
     04.trainer_step     one update on the TB loss of a batch of rows: zero_grad, backward, clip, step
     04.staleness_bound  largest staleness of a batch drawn in recency mode, given its arrival lag
+
+Drawing
+    plot_accuracy_lost  accuracy lost to off-policy data against the sync period k and against
+                        the runs' behaviour KL (off-policyness in nats per response)
 """
 from __future__ import annotations
 
@@ -480,3 +484,46 @@ STALENESS_BOUND = Exercise(
 
 
 EXERCISES = [WEIGHT_SYNC, SEARCHER_STEP, TRAINER_STEP, STALENESS_BOUND]
+
+
+# ------------------------------------------------------------------ drawing
+def plot_accuracy_lost(run_dirs: dict, kl_mean: dict, lost: dict, err: dict):
+    """Three panels: each run's ``behaviour_kl`` over training time (its ``metrics.jsonl``,
+    :func:`tba_lab.lab.timeline.plot_behaviour_kl`); accuracy lost per run, i.e. against the
+    sync period k; and accuracy lost against the run's mean ``behaviour_kl``.
+
+    Args:
+        run_dirs: {run name: its output directory}, in drawing order.
+        kl_mean: {run name: mean behaviour_kl over its updates}, nats per response.
+        lost: {run name: held-out accuracy lost}, points (the on-policy run's accuracy minus
+            this run's; positive: off-policy data cost accuracy).
+        err: {run name: the error bar of ``lost``}, points (e.g. 2 standard errors).
+
+    Returns:
+        the matplotlib Figure (not saved, not shown).
+    """
+    import matplotlib.pyplot as plt
+
+    from tba_lab.lab.timeline import load_timeline, plot_behaviour_kl
+
+    names = list(run_dirs)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    for i, n in enumerate(names):
+        plot_behaviour_kl(run_dirs[n], ax=axes[0], label=n, color=f"C{i}")
+    axes[0].set_xlim(0.0, max(load_timeline(d)["wall_seconds"] for d in run_dirs.values()))
+    axes[0].set_title("behaviour KL of each update's batch")
+    axes[0].legend(fontsize=8)
+    axes[1].bar(names, [lost[n] for n in names], yerr=[err[n] for n in names], capsize=4,
+                color=[f"C{i}" for i in range(len(names))])
+    axes[1].set(title="accuracy lost, per run (sync period k)", ylabel="points (±error bar)")
+    for i, n in enumerate(names):
+        axes[2].errorbar(kl_mean[n], lost[n], yerr=err[n], fmt="o", capsize=4, color=f"C{i}",
+                         label=n)
+    axes[2].set(title="accuracy lost against off-policyness",
+                xlabel="mean behaviour KL (nats / response)", ylabel="points (±error bar)")
+    axes[2].legend(fontsize=8)
+    for ax in axes[1:]:
+        ax.axhline(0.0, color="0.5", lw=0.6)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
