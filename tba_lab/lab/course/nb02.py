@@ -1,12 +1,12 @@
 """Notebook 02 (trajectory balance): its exercises (target distribution, VarGrad log Z, TB
-loss) and a helper for reading its training curves."""
+loss, behaviour KL) and helpers that draw and print its training curves and sweeps."""
 from __future__ import annotations
 
 import torch
 
 from tba_lab.lab.course import Exercise
 from tba_lab.lab.course.toy import target_distribution
-from tba_lab.losses import vargrad_log_z
+from tba_lab.losses import behaviour_kl, vargrad_log_z
 
 
 def settled_from(tv, tol: float = 0.005) -> int | None:
@@ -145,4 +145,145 @@ TB_LOSS = Exercise(
     rtol=1e-5, atol=1e-4)
 
 
-EXERCISES = [TARGET_DISTRIBUTION, VARGRAD_LOG_Z, TB_LOSS]
+# ----------------------------------------------------------------------------------------------
+# 02.behaviour_kl
+# ----------------------------------------------------------------------------------------------
+
+def behaviour_kl_stub(logps, behaviour_logps):
+    """Staleness of a batch in nats: KL(mu || pi_theta), estimated on samples drawn from mu.
+
+    logps (N,) log pi_theta(y|x) of the batch's responses under the current policy (may carry a
+    gradient), behaviour_logps (N,) log mu(y|x) stored with each sample -> a float.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError
+
+
+def behaviour_kl_solution(logps, behaviour_logps):
+    # KL(mu || pi) = E_{y ~ mu}[log mu(y) - log pi(y)]; the samples come from mu, so the plain
+    # mean over them estimates it (no importance weight)
+    return (behaviour_logps - logps.detach()).mean().item()
+
+
+def _behaviour_kl_reference(logps, behaviour_logps):
+    """The trainer's ``tba_lab.losses.behaviour_kl`` on one-"token" responses (sequence
+    log-probs as (N, 1) token log-probs)."""
+    ones = torch.ones(len(logps), 1, dtype=torch.bool)
+    return behaviour_kl(logps.unsqueeze(1), behaviour_logps.unsqueeze(1), ones).item()
+
+
+def _behaviour_kl_cases():
+    g = torch.Generator().manual_seed(204)
+    cases = []
+    for n_prompts, m, k, shift in ((1, 4, 8, 0.0), (4, 8, 16, 0.5), (3, 6, 4, 2.0), (2, 8, 32, 4.0)):
+        mu_logits = torch.randn(n_prompts, m, generator=g)
+        pi_logits = mu_logits + shift * torch.randn(n_prompts, m, generator=g)  # shift 0: fresh
+        idx = torch.multinomial(torch.softmax(mu_logits, -1), k, replacement=True, generator=g)
+        rows = torch.arange(n_prompts).repeat_interleave(k)
+        mu_lp = torch.log_softmax(mu_logits, -1)[rows, idx.reshape(-1)]
+        pi_lp = torch.log_softmax(pi_logits, -1)[rows, idx.reshape(-1)].requires_grad_()
+        cases.append(((pi_lp, mu_lp), {}))
+    return cases
+
+
+BEHAVIOUR_KL = Exercise(
+    name="02.behaviour_kl",
+    description="staleness in nats: KL(mu || pi_theta) estimated on samples from mu",
+    stub=behaviour_kl_stub, solution=behaviour_kl_solution, reference=_behaviour_kl_reference,
+    cases=_behaviour_kl_cases, rtol=1e-5, atol=1e-6)
+
+
+EXERCISES = [TARGET_DISTRIBUTION, VARGRAD_LOG_Z, TB_LOSS, BEHAVIOUR_KL]
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 5: the learning-rate sweep at a fixed staleness (draw and print only)
+# ----------------------------------------------------------------------------------------------
+
+_LABELS = {"tb": ("TB", "C0"), "grpo_kl": ("GRPO-KL (clip)", "C3")}
+
+
+def plot_lr_sweep(sweeps: dict, lag: int, path=None):
+    """Two panels from ``{0: lr_sweep(..., lag=0), lag: lr_sweep(..., lag=lag)}`` (toy.py).
+
+    Left: TV(pi, pi*) over the last quarter against TB's learning rate, one line per (loss,
+    staleness), fresh dashed. Right: the same TV of the stale runs against their staleness in
+    nats (mean behaviour KL of the run), each point labelled with its learning rate. Saves to
+    ``path`` when given; returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for method, (label, color) in _LABELS.items():
+        for L, ls in ((0, "--"), (lag, "-")):
+            s = sweeps[L][method]
+            wide = L == 0 and method == "tb"  # drawn wide under GRPO-KL's fresh line, which it matches
+            ax1.errorbar(s["lrs"], s["tv_mean"], yerr=s["tv_std"], color=color, ls=ls, marker="o",
+                         capsize=3, lw=4 if wide else 1.5, alpha=0.5 if wide else 1,
+                         label=f"{label}, {'fresh' if L == 0 else f'L = {L}'}")
+        s = sweeps[lag][method]
+        ax2.plot(s["behaviour_kl_mean"], s["tv_mean"], color=color, marker="o", label=f"{label}, L = {lag}")
+        for kl, tv, lr in zip(s["behaviour_kl_mean"], s["tv_mean"], s["lrs"]):
+            ax2.annotate(f"lr {lr:g}", (kl, tv), textcoords="offset points", xytext=(4, 4),
+                         fontsize=7, color=color)
+    ax1.set_xscale("log")
+    lrs = sweeps[lag]["tb"]["lrs"]
+    ax1.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
+    ax1.minorticks_off()
+    ax1.set(xlabel="learning rate (TB's; GRPO-KL runs at lr x 2 / beta), plain SGD",
+            ylabel="TV(pi, pi*), last quarter", title="Distance to pi* against the step size", ylim=(0, 1))
+    ax2.set_xscale("symlog", linthresh=1e-4)  # symlog: a sample estimate of the KL can be <= 0
+    ax2.set(xlabel="staleness in nats: mean behaviour KL(mu || pi_theta) of the run",
+            ylabel="TV(pi, pi*), last quarter", title=f"The same stale runs (L = {lag}) in nats",
+            ylim=(0, 1))
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+def print_lr_sweep(sweeps: dict, lag: int, converged: float = 0.05) -> dict:
+    """Print the sweep's table and its three findings, each worded from the numbers it prints.
+
+    sweeps: as for :func:`plot_lr_sweep`. converged: the TV below which a run counts as having
+    reached pi*. Returns the printed findings as numbers (for metrics.json).
+    """
+    tb0, gk0, tb, gk = (sweeps[L][m] for L in (0, lag) for m in ("tb", "grpo_kl"))
+    lrs = tb["lrs"]
+    heads = ["TB fresh", "GRPO-KL fresh", f"TB L={lag}", f"GRPO-KL L={lag}"]
+    print(f"{'':5} | {'TV(pi, pi*), last quarter':^{sum(len(h) + 2 for h in heads) - 2}} | "
+          f"{'behaviour KL, nats':^19} | GRPO-KL L={lag}")
+    print(f"{'lr':>5} | " + "  ".join(heads) + f" | {'TB':>8}  {'GRPO-KL':>9} | clip fraction")
+    for i, lr in enumerate(lrs):
+        tvs = (r["tv_mean"][i] for r in (tb0, gk0, tb, gk))
+        print(f"{lr:>5g} | " + "  ".join(f"{v:>{len(h)}.3f}" for v, h in zip(tvs, heads))
+              + f" | {tb['behaviour_kl_mean'][i]:>8.3g}  {gk['behaviour_kl_mean'][i]:>9.3g} | "
+              f"{gk['clip_fraction_mean'][i]:>13.2f}")
+
+    def listed(values, fmt):
+        return ", ".join(format(v, fmt) for v in values) or "none"
+
+    ok = [i for i, v in enumerate(tb0["tv_mean"]) if v < converged]  # TB reaches pi* on fresh data
+    gap = max((abs(tb["tv_mean"][i] - tb0["tv_mean"][i]) for i in ok), default=float("nan"))
+    print(f"\n1. Valid: where TB reaches pi* on fresh data (TV < {converged}: lr "
+          f"{listed([lrs[i] for i in ok], 'g')}), TB on data {lag} updates stale ends at TV "
+          f"{listed([tb['tv_mean'][i] for i in ok], '.3f')}: at most {gap:.1e} from fresh.")
+    j = len(lrs) - 1                                                  # the largest learning rate
+    a, f, c = tb["tv_mean"][j], tb0["tv_mean"][j], gk["tv_mean"][j]
+    kl_tb, kl_gk = tb["behaviour_kl_mean"][j], gk["behaviour_kl_mean"][j]
+    print(f"2. No trust region: at lr {lrs[j]:g}, TB on stale data ends at TV {a:.3f}, "
+          f"{'further from' if a > f else 'no further from'} pi* than on fresh data ({f:.3f}); its "
+          f"data were {kl_tb:.3g} nats stale, {kl_tb / kl_gk:.3g} times GRPO-KL's. GRPO-KL on the "
+          f"same stale data ends at TV {c:.3f}, {'closer to' if c < a else 'no closer to'} pi* than TB.")
+    costly = [i for i in ok if gk["tv_mean"][i] > tb["tv_mean"][i] + 0.01]
+    print(f"3. The clip's cost: at {len(costly)} of the {len(ok)} learning rates of line 1 (lr "
+          f"{listed([lrs[i] for i in costly], 'g')}), GRPO-KL on stale data ends more than 0.01 "
+          f"further from pi* than TB (TV {listed([gk['tv_mean'][i] for i in costly], '.3f')} against "
+          f"TB's {listed([tb['tv_mean'][i] for i in costly], '.3f')}).")
+    return {"valid_max_gap": gap, "lr_largest": lrs[j], "tv_tb_stale_largest_lr": a,
+            "tv_tb_fresh_largest_lr": f, "tv_grpo_kl_stale_largest_lr": c,
+            "behaviour_kl_ratio_largest_lr": kl_tb / kl_gk, "clip_costly_lrs": len(costly),
+            "converged_lrs": len(ok)}

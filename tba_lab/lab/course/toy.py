@@ -11,11 +11,14 @@ Everything else is the same as in the language-model kit: K samples per prompt i
 batch (rows i*K .. i*K+K-1 belong to prompt i), the SAME loss functions of
 :mod:`tba_lab.losses` (a response is a one-token "sequence", so its sequence log-prob is the log
 of one softmax entry), raw rewards, reference log-probs and behaviour log-probs stored with each
-sample, and an Adam optimizer.
+sample, and an Adam optimizer (or plain SGD, for sweeps of the step size).
 
 Staleness is simulated exactly as an asynchronous searcher produces it: the batch of update t is
 sampled from the policy of update t - L (``lag=L``), or from one fixed old policy
-(``behaviour_logits``: an extremely stale searcher that never syncs).
+(``behaviour_logits``: an extremely stale searcher that never syncs). Staleness in updates is not
+staleness in distribution (a large step makes L updates a long way), so every update also records
+the behaviour KL, KL(mu || pi_theta) in nats, estimated on its batch by the trainer's own
+``tba_lab.losses.behaviour_kl``.
 
 Methods (``method`` argument):
 
@@ -35,9 +38,10 @@ from dataclasses import dataclass
 
 import torch
 
-from tba_lab.losses import group_advantages, grpo_loss, trajectory_balance_loss
+from tba_lab.losses import behaviour_kl, group_advantages, grpo_loss, trajectory_balance_loss
 
 METHODS = ("tb", "grpo_kl", "grpo")
+OPTIMIZERS = ("adam", "sgd")
 
 
 def target_distribution(ref_logprobs: torch.Tensor, rewards: torch.Tensor,
@@ -140,7 +144,7 @@ def sample_batch(problem: ToyProblem, behaviour_logits: torch.Tensor, k: int,
     prompt = torch.arange(mu.shape[0]).repeat_interleave(k)                    # (P*K,)
     idx = idx.reshape(-1)                                                      # (P*K,)
     return {"idx": idx, "prompt": prompt,
-            "behaviour_logps": torch.log(mu[prompt, idx]),
+            "behaviour_logps": torch.log_softmax(behaviour_logits.detach(), dim=-1)[prompt, idx],
             "ref_logps": problem.ref_logprobs[prompt, idx],
             "rewards": problem.rewards[prompt, idx]}
 
@@ -194,13 +198,19 @@ def _one_thread(fn):
 @_one_thread
 def train_toy(problem: ToyProblem, method: str, lag: int = 0,
               behaviour_logits: torch.Tensor | None = None, steps: int = 300, k: int = 16,
-              lr: float = 0.05, clip_eps: float = 0.2, seed: int = 0) -> dict:
+              lr: float = 0.05, clip_eps: float = 0.2, seed: int = 0,
+              optimizer: str = "adam") -> dict:
     """Train the toy policy with ``method`` on (possibly stale) samples; return its history.
 
     The policy starts at the reference (logits = ``problem.ref_logits``), as post-training starts
     from the SFT model. At update t the batch is sampled from the policy of update
     max(0, t - ``lag``) (a searcher ``lag`` updates behind), or, when ``behaviour_logits`` is
     given, always from that fixed policy (a searcher that never syncs).
+
+    ``optimizer="adam"`` divides each step by a running gradient scale, so a logit moves by
+    about ``lr`` per update whatever the loss's gradient; ``"sgd"`` (plain gradient descent)
+    moves it by ``lr`` times the gradient, so the size of a step is the loss's own doing, which
+    is what a learning-rate sweep of a loss's trust region needs.
 
     Args:
         problem: the toy problem.
@@ -209,28 +219,41 @@ def train_toy(problem: ToyProblem, method: str, lag: int = 0,
         behaviour_logits: (P, M) a fixed behaviour policy, or None.
         steps: number of Adam updates.
         k: samples per prompt per update (K).
-        lr: Adam learning rate on the logits.
+        lr: learning rate on the logits (of Adam or of plain SGD, see ``optimizer``).
         clip_eps: PPO clip range (GRPO methods).
         seed: seed of the sampling.
+        optimizer: ``"adam"`` or ``"sgd"``.
 
     Returns:
         dict of lists, one entry per update (after the update): ``tv`` (TV distance to pi*),
         ``kl`` (KL(pi* || pi)), ``reward`` (expected reward of the policy), ``clip_fraction``
-        (GRPO methods: fraction of samples whose clipped term was active; NaN for TB); and
-        ``final_probs`` ((P, M) tensor of the final policy).
+        (GRPO methods: fraction of samples whose clipped term was active; NaN for TB),
+        ``behaviour_kl`` (the staleness of that update's batch in nats, KL(mu || pi_theta)
+        estimated as the batch mean of log mu(y|x) - log pi_theta(y|x) by
+        ``tba_lab.losses.behaviour_kl``, with pi_theta the policy before the update; 0.0
+        exactly at ``lag=0``); and ``final_probs`` ((P, M) tensor of the final policy).
+
+    Raises:
+        ValueError: ``lag`` < 0, or ``optimizer`` not one of ``OPTIMIZERS``.
     """
     if lag < 0:
         raise ValueError(f"lag={lag}: staleness must be >= 0")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer={optimizer!r}: choose one of {OPTIMIZERS}")
     gen = torch.Generator().manual_seed(seed)
     logits = problem.ref_logits.clone().requires_grad_(True)
-    opt = torch.optim.Adam([logits], lr=lr)
+    opt = (torch.optim.Adam if optimizer == "adam" else torch.optim.SGD)([logits], lr=lr)
     past = deque([logits.detach().clone()], maxlen=lag + 1)  # past[0] = policy of update t - lag
     target = problem.target
-    hist = {"tv": [], "kl": [], "reward": [], "clip_fraction": []}
+    hist = {"tv": [], "kl": [], "reward": [], "clip_fraction": [], "behaviour_kl": []}
     for _ in range(steps):
         mu_logits = behaviour_logits if behaviour_logits is not None else past[0]
         batch = sample_batch(problem, mu_logits, k, gen)
         loss, info = toy_loss(method, logits, batch, problem, k, clip_eps)
+        logps = torch.log_softmax(logits.detach(), dim=-1)[batch["prompt"], batch["idx"]]  # (N,)
+        ones = torch.ones(len(logps), 1, dtype=torch.bool)          # one-token responses
+        hist["behaviour_kl"].append(
+            behaviour_kl(logps.unsqueeze(1), batch["behaviour_logps"].unsqueeze(1), ones).item())
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -245,36 +268,113 @@ def train_toy(problem: ToyProblem, method: str, lag: int = 0,
     return hist
 
 
-def lag_sweep(problem: ToyProblem, methods=("tb", "grpo_kl"), lags=(0, 2, 8, 32), seeds=(0, 1, 2),
+def toy_sweep(problem: ToyProblem, param: str, values, methods=("tb", "grpo_kl"), seeds=(0, 1, 2),
               steps: int = 300, tail: float = 0.25, **kwargs) -> dict:
-    """TV distance to pi* and expected reward at the end of training, for every (method, lag).
+    """End-of-training numbers of :func:`train_toy` for every (method, value of one argument).
 
     "At the end" is the mean over the last ``tail`` fraction of the updates (a stale update can
     oscillate, so a single last value would depend on the phase of the oscillation), then the
-    mean and std of that number across ``seeds``.
+    mean and std of that number across ``seeds``. The staleness in nats, ``behaviour_kl``, is
+    the mean over ALL updates of a run (the data the run learned from), then over seeds; so is
+    ``clip_fraction`` (NaN for TB, which has no clip).
+
+    Args:
+        problem: the toy problem.
+        param: the :func:`train_toy` argument swept (``"lag"``, ``"lr"``, ``"clip_eps"``, ...).
+        values: its values.
+        methods: the methods, each run at every value.
+        seeds: sampling seeds; every number is a mean (and std) over them.
+        steps: updates per run.
+        tail: fraction of the last updates averaged, in (0, 1].
+        kwargs: the other arguments of :func:`train_toy`, the same for every run.
 
     Returns:
-        {method: {"lags": [...], "tv_mean": [...], "tv_std": [...], "reward_mean": [...],
-        "reward_std": [...]}}, one entry per lag.
+        {method: {"values": [...], "tv_mean", "tv_std", "reward_mean", "reward_std",
+        "behaviour_kl_mean", "behaviour_kl_std", "clip_fraction_mean", "clip_fraction_std":
+        [...]}}: lists of floats, one entry per value; TV and clip fraction in [0, 1], behaviour
+        KL in nats; NaN where a run's number is not finite.
     """
+    import math
     import statistics
 
     n_tail = max(1, int(round(tail * steps)))
     out = {}
     for method in methods:
-        row = {"lags": list(lags), "tv_mean": [], "tv_std": [], "reward_mean": [], "reward_std": []}
-        for lag in lags:
-            runs = [train_toy(problem, method, lag=lag, steps=steps, seed=s, **kwargs)
+        row = {"values": list(values), "tv_mean": [], "tv_std": [], "reward_mean": [],
+               "reward_std": [], "behaviour_kl_mean": [], "behaviour_kl_std": [],
+               "clip_fraction_mean": [], "clip_fraction_std": []}
+        for value in values:
+            runs = [train_toy(problem, method, steps=steps, seed=s, **{param: value}, **kwargs)
                     for s in seeds]
-            tvs = [statistics.fmean(r["tv"][-n_tail:]) for r in runs]
-            rews = [statistics.fmean(r["reward"][-n_tail:]) for r in runs]
-            row["tv_mean"].append(statistics.fmean(tvs))
-            row["tv_std"].append(statistics.pstdev(tvs))
-            row["reward_mean"].append(statistics.fmean(rews))
-            row["reward_std"].append(statistics.pstdev(rews))
+            for key, last in (("tv", n_tail), ("reward", n_tail), ("behaviour_kl", steps),
+                              ("clip_fraction", steps)):
+                per_run = [statistics.fmean(r[key][-last:]) for r in runs]
+                finite = all(math.isfinite(v) for v in per_run)  # pstdev cannot take NaN or inf
+                row[f"{key}_mean"].append(statistics.fmean(per_run) if finite else math.nan)
+                row[f"{key}_std"].append(statistics.pstdev(per_run) if finite else math.nan)
         out[method] = row
     return out
 
 
-__all__ = ["METHODS", "ToyProblem", "make_toy_problem", "target_distribution", "expected_reward",
-           "tv_distance", "kl_divergence", "sample_batch", "toy_loss", "train_toy", "lag_sweep"]
+def lag_sweep(problem: ToyProblem, methods=("tb", "grpo_kl"), lags=(0, 2, 8, 32), seeds=(0, 1, 2),
+              steps: int = 300, tail: float = 0.25, **kwargs) -> dict:
+    """TV distance to pi* and expected reward at the end of training, for every (method, lag).
+
+    :func:`toy_sweep` over ``lag``; each method's row also lists the lags under ``"lags"``.
+    """
+    out = toy_sweep(problem, "lag", lags, methods, seeds, steps, tail, **kwargs)
+    for row in out.values():
+        row["lags"] = row["values"]
+    return out
+
+
+def matched_lr(method: str, lr: float, beta: float) -> float:
+    """The learning rate at which ``method`` takes TB's step of learning rate ``lr`` on fresh data.
+
+    On the same samples TB's gradient is 2 / beta times REINFORCE's with a group-mean baseline
+    on the KL-regularised reward (notebook 02, section 3), which is GRPO-KL's gradient on fresh
+    data (ratio 1, nothing clipped); so under plain gradient descent GRPO-KL at lr * 2 / beta
+    and TB at lr follow the same trajectory on fresh data, and only stale data, through the
+    ratio and its clip, tell them apart. (Adam divides out a constant factor in the gradient,
+    so under Adam the matching changes little.) ``"tb"`` and ``"grpo"`` keep ``lr``.
+
+    Raises:
+        ValueError: ``method`` not one of ``METHODS``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method={method!r}: choose one of {METHODS}")
+    return lr * 2.0 / beta if method == "grpo_kl" else lr
+
+
+def lr_sweep(problem: ToyProblem, lrs, lag: int, methods=("tb", "grpo_kl"), seeds=(0, 1, 2),
+             steps: int = 300, tail: float = 0.25, optimizer: str = "sgd", **kwargs) -> dict:
+    """End-of-training numbers against the learning rate, at a fixed staleness of ``lag`` updates.
+
+    Each method runs at its :func:`matched_lr` (GRPO-KL at lr * 2 / beta), so on fresh data
+    (``lag=0``) TB and GRPO-KL give the same numbers and any difference at ``lag > 0`` is the
+    ratio and its clip. Plain gradient descent by default (see :func:`train_toy`).
+
+    Args:
+        problem: the toy problem.
+        lrs: TB's learning rates (positive floats).
+        lag: staleness L in updates, >= 0.
+        methods, seeds, steps, tail, kwargs: as in :func:`toy_sweep`.
+        optimizer: ``"sgd"`` or ``"adam"``.
+
+    Returns:
+        as :func:`toy_sweep`, each row with ``"lrs"`` (the TB-equivalent learning rates, as
+        given) and ``"lr_used"`` (the ones the method ran with).
+    """
+    out = {}
+    for method in methods:
+        used = [matched_lr(method, lr, problem.beta) for lr in lrs]
+        row = toy_sweep(problem, "lr", used, (method,), seeds, steps, tail, lag=lag,
+                        optimizer=optimizer, **kwargs)[method]
+        row["lrs"], row["lr_used"] = list(lrs), used
+        out[method] = row
+    return out
+
+
+__all__ = ["METHODS", "OPTIMIZERS", "ToyProblem", "make_toy_problem", "target_distribution",
+           "expected_reward", "tv_distance", "kl_divergence", "sample_batch",
+           "toy_loss", "train_toy", "toy_sweep", "lag_sweep", "matched_lr", "lr_sweep"]
