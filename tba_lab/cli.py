@@ -331,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("name", metavar="NAME", help=f"one of: {', '.join(NAMES)}")
     x.add_argument("--smoke", action="store_true", help="tiny settings (a few updates or seconds "
                    "per run; about 2-3 minutes for all four on 2 cores, 1-2 for a benchmark)")
-    x.add_argument("--seeds", type=seed_arg, nargs="+", help="seeds (default 0 1 2; with --smoke: 0)")
+    x.add_argument("--seeds", type=seed_arg, nargs="+", help="seeds (default 0 1 2; off_policy 0-4, tune 100 101; with --smoke: 0)")
     x.add_argument("--output-dir", default="runs/experiments", help="NAME/report.md, figures, "
                    "results.json and runs/ go under it (default runs/experiments)")
     x.add_argument("--eval-size", type=int, help="held-out problems per evaluation (default: the "

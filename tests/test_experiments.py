@@ -65,64 +65,70 @@ def test_spread_and_separation():
 
 
 # ------------------------------------------------------------------------- readings
-def off_policy_analysis(tb1, tb64, grpo1, grpo64, tb4=None, grpo4=None):
-    cells = []
-    for algo, k, gains in (("tb", 1, tb1), ("grpo", 1, grpo1), ("tb", 4, tb4), ("grpo", 4, grpo4),
-                           ("tb", 64, tb64), ("grpo", 64, grpo64)):
-        if gains is not None:
-            cells.append({"algo": algo, "k": k, "gain": spread(gains),
-                          "accuracy_after": spread([0.35 + g for g in gains]),
-                          "staleness_mean": spread([float(min(k, 60))] * len(gains))})
-    return {"cells": cells, "eval_size": 200, "accuracy_before": spread([0.35] * 3)}
+def off_policy_runs(accuracy: dict) -> list[dict]:
+    """Runs as :func:`off_policy.measure` records them: ``accuracy[(algo, lag)]`` per seed."""
+    return [{"variant": f"{a}_stale{lag}", "seed": i, "algo": a, "arm": "lag", "lag": lag,
+             "sync_period": None, "accuracy": acc, "staleness_mean": float(lag),
+             "behaviour_kl": 0.4 * lag / 15, "clip_fraction": 0.01 if a == "grpo" else None,
+             "evals": [{"step": 0, "accuracy": 0.34}, {"step": 20, "accuracy": acc - 0.01},
+                       {"step": 40, "accuracy": acc + 0.01}]}
+            for (a, lag), accs in accuracy.items() for i, acc in enumerate(accs)]
 
 
-GAIN_9 = [0.08, 0.09, 0.10]  # +9 points at k = 1, beyond the 4.8-point noise of a difference
-OFF_POLICY_READINGS = [  # (gains over 3 seeds, sentences the readings must contain)
-    (dict(tb1=GAIN_9, tb64=[0.07, 0.08, 0.09], grpo1=GAIN_9, grpo64=[0.00, 0.01, 0.02]),
-     ["TB keeps 89% of its k = 1 gain (+9.0 -> +8.0 points)", "GRPO keeps 11% of its k = 1 gain",
-      "At k = 64, the share of the k = 1 gain kept is TB 89%, GRPO 11%: the gain holds up best "
-      "for TB and worst for GRPO", "TB's range over seeds lies above GRPO's",
-      "agrees with the paper", "1.0 updates at k = 1 and 60.0 at k = 64"]),
-    (dict(tb1=GAIN_9, tb64=[-0.02, 0.00, 0.01], grpo1=GAIN_9, grpo64=[0.07, 0.08, 0.09]),
-     ["TB keeps none of its k = 1 gain", "TB's range over seeds lies below GRPO's",
-      "does not reproduce the paper's ordering: GRPO keeps the largest share"]),
-    # TB gained least and so dropped fewest points (5 against 7), but kept a smaller share
-    # (29% against 36%): the share decides, as the drop would favour whichever gained least
-    (dict(tb1=[0.06, 0.07, 0.08], tb64=[0.01, 0.02, 0.03], grpo1=[0.10, 0.11, 0.12],
-          grpo64=[0.03, 0.04, 0.05]),
-     ["TB keeps 29%", "GRPO keeps 36%", "holds up best for GRPO and worst for TB",
-      "does not reproduce the paper's ordering: GRPO keeps the largest share"]),
-    # TB keeps the larger share (80% against 50%) but ends below GRPO: mixed, not "agrees"
-    (dict(tb1=[0.04, 0.05, 0.06], tb64=[0.03, 0.04, 0.05], grpo1=[0.15, 0.16, 0.17],
-          grpo64=[0.07, 0.08, 0.09]),
-     ["holds up best for TB", "is mixed: TB keeps the largest share", "lies below GRPO's"]),
-    (dict(tb1=[0.06, 0.09, 0.12], tb64=[0.03, 0.08, 0.10], grpo1=GAIN_9,  # overlap: noise
-          grpo64=[0.02, 0.05, 0.06]),
-     ["points the same way as the paper", "overlaps GRPO's"]),
-    (dict(tb1=[0.00, 0.01, 0.02], tb64=[0.00, 0.01, 0.02], grpo1=GAIN_9,  # TB within noise
-          grpo64=[0.0, 0.01, 0.02]),
-     ["TB gained +1.0 points at k = 1, within noise", "is inconclusive"]),
-    # the share is averaged over every k > 1: TB keeps the most at k = 64 alone, but keeps
-    # nothing at k = 4 and lies below GRPO there
-    (dict(tb1=GAIN_9, tb4=[-0.01, 0.0, 0.01], tb64=[0.05, 0.06, 0.07], grpo1=GAIN_9,
-          grpo4=[0.07, 0.08, 0.09], grpo64=[0.02, 0.03, 0.04]),
-     ["Averaged over k = 4 and 64, the share of the k = 1 gain kept is TB 33%, GRPO 61%",
-      "At k = 64 alone TB keeps the largest share, so the ordering depends on k",
-      "At k = 64 TB's range over seeds lies above GRPO's. It lies below GRPO's at k = 4.",
-      "does not reproduce the paper's ordering: GRPO keeps the largest share"]),
-    (dict(tb1=GAIN_9, tb64=[0.07, 0.08, 0.09], grpo1=[0.00, 0.01, 0.02],  # no real baseline
-          grpo64=[0.0, 0.01, 0.02]),
-     ["nothing to compare TB's with"]),
+FRESH = [0.40, 0.42, 0.38, 0.41, 0.39]
+OFF_POLICY_CLAIMS = [  # (TB at L = 15, GRPO at L = 15, D per seed in points, verdict)
+    # TB loses 1 point on every seed, GRPO 6 +- 1: D = -5 +- 1, wholly below 0
+    ([a - 0.01 for a in FRESH], [a - d for a, d in zip(FRESH, (0.05, 0.06, 0.07, 0.06, 0.06))],
+     [-4, -5, -6, -5, -5], "supported"),
+    # TB loses 6, GRPO 1: D = +5, wholly above 0
+    ([a - d for a, d in zip(FRESH, (0.05, 0.06, 0.07, 0.06, 0.06))], [a - 0.01 for a in FRESH],
+     [4, 5, 6, 5, 5], "falsified"),
+    # both lose about 2 points: D within +-1 of 0, wholly inside +-3 (no effect of 3 points)
+    ([a - 0.02 for a in FRESH], [a - d for a, d in zip(FRESH, (0.02, 0.03, 0.01, 0.02, 0.02))],
+     [0, -1, 1, 0, 0], "falsified"),
+    # D from -8 to +6: the interval spans 0 and reaches past +-3
+    ([a - d for a, d in zip(FRESH, (0.00, 0.08, 0.0, 0.06, 0.02))], [a - 0.02 for a in FRESH],
+     [-2, 6, -2, 4, 0], "inconclusive"),
 ]
 
 
-@pytest.mark.parametrize("gains, said", OFF_POLICY_READINGS)
-def test_off_policy_reading_follows_the_numbers(gains, said):
-    text = " ".join(off_policy.readings(off_policy_analysis(**gains)))
-    for sentence in said:
-        assert sentence in text
-    # a ranking needs two algorithms whose k = 1 gain is beyond the noise
-    assert ("holds up best" in text) == ("had no clear gain to keep" not in text)
+@pytest.mark.parametrize("tb15, grpo15, d_points, verdict", OFF_POLICY_CLAIMS)
+def test_off_policy_claim_is_the_paired_difference_of_drops(tb15, grpo15, d_points, verdict):
+    """D = TB's drop - GRPO's drop per seed, its mean and 95% t-interval (t(0.975, 4) =
+    2.776445) and the verdict by the rule written before the runs."""
+    import statistics
+
+    runs = off_policy_runs({("tb", 0): FRESH, ("grpo", 0): FRESH, ("tb", 15): tb15,
+                            ("grpo", 15): grpo15})
+    s = experiment_settings("off_policy")
+    a = off_policy.analyse(runs, s)
+    (c,) = a["claims"]
+    assert [round(100 * v, 6) for v in c["per_seed"].values()] == d_points
+    mean, sd = statistics.mean(d_points), statistics.stdev(d_points)
+    half = 2.776445 * sd / 5 ** 0.5
+    assert c["estimate"] == pytest.approx(mean, abs=1e-6)
+    assert (c["ci_low"], c["ci_high"]) == (pytest.approx(mean - half, abs=1e-4),
+                                           pytest.approx(mean + half, abs=1e-4))
+    assert c["min_detectable_effect"] == pytest.approx((2.776445 + 0.940965) * sd / 5 ** 0.5,
+                                                       abs=1e-4)
+    assert c["verdict"] == verdict and c["delta"] == 3.0
+    text = " ".join(off_policy.readings(a))
+    assert f"**{verdict}**" in text and "behaviour KL per response" in text
+    assert f"D = TB's drop - GRPO's drop at L = 15: {mean:+.1f} points" in text
+
+
+def test_claim_test_rule_at_its_edges():
+    """One seed gives no interval; a non-finite difference or a bad direction is refused."""
+    from tba_lab.lab.experiments.common import claim_test
+
+    one = claim_test("c", [0.05], 1, 0.03, scale=100)
+    assert (one["estimate"], one["ci_low"], one["verdict"]) == (5.0, None, "inconclusive")
+    missing = claim_test("c", [0.05, None, 0.07], 1, 0.03, scale=100)
+    assert (missing["n"], missing["missing"], missing["estimate"]) == (2, 1, pytest.approx(6.0))
+    assert claim_test("c", [0.04, 0.05, 0.06], 1, 0.03)["verdict"] == "supported"
+    for bad in (dict(diffs=[float("nan"), 0.1]), dict(direction=0), dict(delta=0.0)):
+        with pytest.raises(ValueError):
+            claim_test(**{"claim": "c", "diffs": [0.1, 0.2], "direction": 1, "delta": 0.03, **bad})
 
 
 def test_report_only_rewrites_the_readings_from_the_stored_runs(tmp_path, capsys):
@@ -132,25 +138,26 @@ def test_report_only_rewrites_the_readings_from_the_stored_runs(tmp_path, capsys
     import tba_lab.lab.experiments as ex
     from tba_lab import cli
 
-    s = experiment_settings("off_policy", settings={"sync_periods": [1, 64], "algos": ["tb", "grpo"]})
-    gains = {("tb", 1): [0.06, 0.07, 0.08], ("tb", 64): [0.01, 0.02, 0.03],
-             ("grpo", 1): [0.10, 0.11, 0.12], ("grpo", 64): [0.03, 0.04, 0.05]}
-    runs = [{"variant": f"{a}_k{k}", "seed": i, "algo": a, "sync_period": k,
-             "accuracy_before": 0.35, "accuracy_after": 0.35 + g, "gain": g, "staleness_mean": 1.0}
-            for (a, k), gs in gains.items() for i, g in enumerate(gs)]
+    s = experiment_settings("off_policy")
+    runs = off_policy_runs({("tb", 0): FRESH, ("grpo", 0): FRESH,
+                            ("tb", 15): [a - 0.01 for a in FRESH],
+                            ("grpo", 15): [a - 0.06 for a in FRESH]})
     out = tmp_path / "off_policy"
     out.mkdir()
     old = {"experiment": "off_policy", "smoke": False, "started": "2026-01-01T00:00:00",
-           "cores": 2, "seeds": [0, 1, 2], "settings": s, "estimate_seconds": 60.0,
+           "cores": 2, "seeds": [0, 1, 2, 3, 4], "settings": s, "estimate_seconds": 60.0,
            "seconds": 61.0, "runs": runs, "analysis": {}, "readings": ["an old reading"]}
     (out / "results.json").write_text(json.dumps(old))  # written before --config existed
     assert cli.main(["experiment", "off_policy", "--report-only", "--output-dir", str(tmp_path)]) == 0
-    assert "holds up best for GRPO and worst for TB" in capsys.readouterr().out
+    said = "D = TB's drop - GRPO's drop at L = 15: -5.0 points"
+    assert said in capsys.readouterr().out
     data = json.loads((out / "results.json").read_text())
     assert data["started"] == old["started"] and data["runs"] == runs and data["config"] == {}
-    assert "an old reading" not in data["readings"] and "holds up best for GRPO" in data["readings"][2]
+    assert "an old reading" not in data["readings"] and any(said in r for r in data["readings"])
+    assert data["analysis"]["claims"][0]["verdict"] == "supported"
     report = (out / "report.md").read_text()
-    assert "2026-01-01T00:00:00" in report and "holds up best for GRPO" in report
+    assert "2026-01-01T00:00:00" in report and said in report
+    assert report.index("## Design (fixed before the runs)") < report.index(said)
     assert (out / "off_policy.png").stat().st_size > 10_000
 
     assert cli.main(["experiment", "off_policy", "--report-only", "--seeds", "4",
@@ -416,25 +423,26 @@ def test_config_applies_to_every_run_and_refuses_what_the_experiment_sets(tmp_pa
     from tba_lab.config import ConfigError, from_dict
     from tba_lab.lab.experiments.common import header
 
-    plan = off_policy.variants(experiment_settings("off_policy"))
+    plan = buffer_sampling.variants(experiment_settings("buffer"))
     lr = {"training": {"learning_rate": 1.25e-5}}
-    merged = ex.with_config("off_policy", plan, lr)
+    merged = ex.with_config("buffer", plan, lr)
     assert [v for v, _ in merged] == [v for v, _ in plan]
     for (_, o), (_, m) in zip(plan, merged):
         cfg, base = from_dict(m), from_dict(o)
         assert cfg.training.learning_rate == 1.25e-5 and base.training.learning_rate != 1.25e-5
         assert (cfg.algo, cfg.async_.sync_period, cfg.training.max_steps) == (
             base.algo, base.async_.sync_period, base.training.max_steps)
-    assert ex.with_config("off_policy", plan, None) is plan
-    for bad, field in (({"async": {"sync_period": 2}}, "async.sync_period"), ({"algo": "rloo"}, "algo"),
+    assert ex.with_config("buffer", plan, None) is plan
+    for bad, field in (({"async": {"mode": "sync"}}, "async.mode"),
+                       ({"buffer": {"recency_prob": 0.5}}, "buffer.recency_prob"),
                        ({"training": {"max_steps": 9}}, "training.max_steps"), ({"seed": 3}, "seed")):
         with pytest.raises(ExperimentError, match=rf"--config sets {field}, which experiment "
-                                                  r"'off_policy' sets itself .*remove it"):
-            ex.with_config("off_policy", plan, bad)
+                                                  r"'buffer' sets itself .*remove it"):
+            ex.with_config("buffer", plan, bad)
     with pytest.raises(ConfigError, match="trainin"):
-        ex.with_config("off_policy", plan, {"trainin": {"learning_rate": 1e-5}})
+        ex.with_config("buffer", plan, {"trainin": {"learning_rate": 1e-5}})
     with pytest.raises(ExperimentError, match="YAML mapping"):
-        ex.with_config("off_policy", plan, [1, 2])
+        ex.with_config("buffer", plan, [1, 2])
     assert "| run config (`--config`, every run) | `{\"training\": {\"learning_rate\": 1.25e-05}}` |" \
         in header("off_policy", "t", "c", [0], False, {}, "now", 60, 1, 60, lr)
     assert not any("--config" in line for line in header("b", "t", "c", [0], False, {}, "now", 60, 1, 60))
@@ -445,13 +453,16 @@ def test_config_applies_to_every_run_and_refuses_what_the_experiment_sets(tmp_pa
     good, typo, clash = (tmp_path / f"{n}.yaml" for n in ("good", "typo", "clash"))
     good.write_text("training:\n  learning_rate: 1.25e-5\n")
     typo.write_text("trainin:\n  learning_rate: 1.25e-5\n")
-    clash.write_text("async:\n  sync_period: 2\n")
-    assert cli.main(["experiment", "off_policy", "--config", str(good)]) == 0
+    clash.write_text("async:\n  mode: sync\n")
+    assert cli.main(["experiment", "buffer", "--config", str(good)]) == 0
     assert seen["config"] == lr
     seen.clear()
-    for path, said in ((typo, "unknown config key 'trainin'"), (clash, "async.sync_period"),
+    assert cli.main(["experiment", "off_policy", "--config", str(good)]) == 2  # its tuned rates
+    assert "sets training.learning_rate, which experiment 'off_policy' sets itself" in \
+        capsys.readouterr().err and not seen
+    for path, said in ((typo, "unknown config key 'trainin'"), (clash, "async.mode"),
                        (tmp_path / "none.yaml", "not found")):
-        assert cli.main(["experiment", "off_policy", "--config", str(path)]) == 2
+        assert cli.main(["experiment", "buffer", "--config", str(path)]) == 2
         assert said in capsys.readouterr().err and not seen  # refused before any run
 
 
@@ -494,8 +505,12 @@ def test_default_runs_other_then_this_per_seed_and_compares_them(tmp_path, monke
 
 def test_full_settings_and_the_seed_major_plan():
     s = experiment_settings("off_policy")
-    assert s["algos"] == ["tb", "grpo", "rloo"] and s["sync_periods"] == [1, 4, 16, 64]
-    assert [v for v, _ in off_policy.variants(s)][:3] == ["tb_k1", "grpo_k1", "rloo_k1"]
+    assert s["algos"] == ["tb", "grpo"] and s["lags"] == [0, 15] and s["eval_size"] == 1000
+    assert [v for v, _ in off_policy.variants(s)] == [
+        "tb_stale0", "grpo_stale0", "tb_stale15", "grpo_stale15", "tb_async_k2", "grpo_async_k2"]
+    assert s["sync_period"] / s["sync_updates"] < 0.02  # the paper's ratio of k to the run
+    with pytest.raises(ExperimentError, match="lags=0,15"):
+        off_policy.variants({**s, "lags": [15]})
     from tba_lab.config import from_dict
 
     for name in [*EXPERIMENTS, *BENCHMARKS]:  # every variant is a valid config of the trainer
@@ -536,7 +551,8 @@ def assert_smoke_outputs(root):
         assert data["readings"] and data["cores"] == os.cpu_count()
     runs = {name: json.loads((root / name / "results.json").read_text())["runs"]
             for name in EXPERIMENTS}
-    assert all(r["trainer_steps"] == 4 for r in runs["off_policy"])  # equal updates
+    assert all(r["summary"]["trainer_steps"] == 4 for r in runs["off_policy"])  # equal updates
+    assert all(math.isfinite(r["behaviour_kl"]) for r in runs["off_policy"])  # nats, every arm
     assert all(0 <= r["div_distinct_correct"] <= 4 for r in runs["buffer"])
     assert all(math.isfinite(r["kl"]) for r in runs["beta"])
     assert [r["searchers"] for r in runs["scaling"]] == [1, 2]

@@ -3,7 +3,9 @@ the reference policy, which the notebook's sweep over seeds measures, and the ti
 accuracy by linear interpolation, which it applies to the recorded scaling runs.
 
 References live in :mod:`tba_lab.lab.experiments` (``beta.kl_estimate`` and
-``common.time_to_target``), which the experiments' reports use.
+``common.time_to_target``), which the experiments' reports use. :func:`print_claims` and
+:func:`draw_claims` print and draw the recorded claims the notebook reads from ``docs/results/``
+(each a :func:`tba_lab.lab.experiments.common.claim_test` result); they compute nothing.
 """
 from __future__ import annotations
 
@@ -127,3 +129,69 @@ KL_ESTIMATE = Exercise(
 
 
 EXERCISES = [TIME_TO_TARGET, KL_ESTIMATE]
+
+
+# ---------------------------------------------------------------- the recorded claims
+def _num(v, digits):
+    return "n/a" if v is None else f"{v:+.{digits}f}"
+
+
+def print_claims(claims: list[dict]) -> None:
+    """One block per claim: where it was recorded, the claim, the paper's claim and setting,
+    the estimand, the estimate with its 95% interval, the smallest effect the seeds could
+    detect, the smallest of interest and the verdict.
+
+    ``claims``: claim_test dicts (``estimate``, ``ci_low``, ``ci_high``,
+    ``min_detectable_effect``, ``delta``, ``verdict``, ``n``, ``unit``), each with
+    ``experiment`` (its folder) added; ``statement``, ``paper``, ``estimand``, ``digits`` and
+    ``missing_seeds`` are printed where present."""
+    for c in claims:
+        d = c.get("digits", 1)
+        mde = c["min_detectable_effect"]
+        print(f"[{c['experiment']}] {c.get('statement', c['claim'])}")
+        if c.get("paper"):
+            print(f"    paper: {c['paper']}")
+        if c.get("estimand"):
+            print(f"    estimand: {c['estimand']}")
+        print(f"    estimate {_num(c['estimate'], d)} {c['unit']}, 95% interval "
+              f"{_num(c['ci_low'], d)} to {_num(c['ci_high'], d)} over {c['n']} seed(s)"
+              + (f" ({len(c['missing_seeds'])} left out)" if c.get("missing_seeds") else "")
+              + f"; detectable {'n/a' if mde is None else f'{abs(mde):.{d}f}'}, of interest "
+              f"{c['delta']:.{d}f}  ->  {c['verdict'].upper()}")
+
+
+VERDICT_COLOURS = {"supported": "C2", "falsified": "C3", "inconclusive": "C7"}
+
+
+def draw_claims(claims: list[dict], path):
+    """A forest plot of ``claims`` (as :func:`print_claims`) saved to ``path`` (PNG), which it
+    returns: per claim the estimate and its 95% interval in units of its smallest effect of
+    interest delta, signed so that the side the paper predicts is to the right (``direction``
+    x estimate / delta), coloured by verdict; 0 and +-1 marked. A claim without an interval
+    (fewer than two seeds) is a lone dot."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(claims) + 1.4))
+    ax.axvspan(-1, 1, color="0.92", label="within +-delta")
+    ax.axvline(0, color="k", lw=1)
+    for i, c in enumerate(reversed(claims)):
+        k = c.get("direction", 1) / c["delta"]
+        colour = VERDICT_COLOURS.get(c["verdict"], "k")
+        if c["ci_low"] is not None:
+            lo, hi = sorted((k * c["ci_low"], k * c["ci_high"]))
+            ax.plot([lo, hi], [i, i], color=colour, lw=2)
+        if c["estimate"] is not None:
+            ax.plot([k * c["estimate"]], [i], "o", color=colour)
+    labels = [f"[{c['experiment']}] {c.get('statement', c['claim'])}" for c in claims]
+    labels = [x if len(x) <= 72 else x[:71] + "…" for x in labels]
+    ax.set_yticks(range(len(claims)), list(reversed(labels)), fontsize=8)
+    for verdict, colour in VERDICT_COLOURS.items():
+        ax.plot([], [], color=colour, lw=2, label=verdict)
+    ax.set(xlabel="estimate and 95% interval / delta (the paper's predicted side to the right)",
+           title="Every recorded claim, judged by its rule")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

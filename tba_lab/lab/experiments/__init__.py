@@ -1,11 +1,15 @@
 """The paper's claims in miniature, and the benchmarks: ``tba-lab experiment NAME [--smoke]``.
 
-Four experiments reproduce claims of TBA (Bartoldson et al., "Trajectory Balance with
+Four experiments test claims of TBA (Bartoldson et al., "Trajectory Balance with
 Asynchrony", arXiv 2503.18929) on the embedded tiny model and arithmetic task, each over
-several seeds (default 0 1 2), reporting the mean and the range (min to max) over seeds:
+several seeds (default 0 1 2; ``off_policy`` 0-4), reporting the mean and the range (min to
+max) over seeds, and for each claim the paired per-seed estimate, its 95% interval, the
+smallest effect the run could detect and a verdict by a rule fixed before the runs
+(:func:`tba_lab.lab.experiments.common.claim_test`):
 
 =============  ===============================================================================
-``off_policy``  accuracy gain vs sync period k in {1, 4, 16, 64}, TB vs GRPO vs RLOO (Sec. 4)
+``off_policy``  accuracy lost to rollouts 15 updates stale, TB vs GRPO at tuned rates, paired
+                over 5 seeds: D = TB's drop - GRPO's, with its interval (Table 1)
 ``buffer``      recency m and reward prioritisation inv_temp: accuracy and distinct correct
                 responses (Sec. 3-4)
 ``beta``        TB's KL coefficient, constant or annealed: accuracy and KL to the reference
@@ -29,6 +33,8 @@ several seeds (default 0 1 2), reporting the mean and the range (min to max) ove
                      by seed: the one-file TBA's gain against the library's
 ``per_update``       accuracy per trainer update with staleness and replay set by hand, no timing
                      (Sec. 3-4)
+``tune``             the same loop over each loss's learning rate (and TB's beta) on fresh data,
+                     seeds 100 101: the tuned settings ``off_policy`` uses
 ===================  =========================================================================
 
 Each writes ``<output-dir>/<NAME>/``: ``report.md`` (date, core count, seeds and settings; each
@@ -75,9 +81,12 @@ EXPERIMENTS = {m.NAME: m for m in (off_policy, buffer_sampling, beta, scaling)} 
 BENCHMARKS = {"race": (race, {}),
               **{name: (race_tasks, fixed) for name, fixed in race_tasks.PRESETS.items()},
               "default": (default, {}), "minimal": (default, {"minimal": True}),
-              "per_update": (per_update, {})}
+              "per_update": (per_update, {}), "tune": (per_update, {"tune": True})}
 NAMES = [*EXPERIMENTS, "all", *BENCHMARKS]
 DEFAULT_SEEDS = (0, 1, 2)
+# Experiments whose design sets their seeds: off_policy's power (5 reporting seeds), and the
+# tuning sweep on seeds kept apart from every reporting seed.
+SEEDS_OF = {"off_policy": off_policy.SEEDS, "tune": (100, 101)}
 SMOKE_SEEDS = (0,)
 
 
@@ -181,11 +190,11 @@ def estimate_minutes(name: str, smoke: bool = False, seeds=None,
     """Planned wall-clock minutes per experiment on a 2-core machine (``all``: each of the
     four), from the runs' count and length and the costs in
     :mod:`tba_lab.lab.experiments.common` (start-up per run, 2-core update rate)."""
-    seeds = check_seeds(_default_seeds(seeds, smoke))
     out = {}
     for n in resolve(name):
         s = experiment_settings(n, smoke, settings, strict=False)
-        out[n] = module(n).estimate_seconds(s, len(seeds), smoke) / 60.0
+        n_seeds = len(check_seeds(_default_seeds(seeds, smoke, n)))
+        out[n] = module(n).estimate_seconds(s, n_seeds, smoke) / 60.0
     return out
 
 
@@ -230,8 +239,11 @@ def check_config(names: list[str], smoke: bool, settings: dict | None, config: d
         with_config(n, module(n).variants(experiment_settings(n, smoke, settings, False)), config)
 
 
-def _default_seeds(seeds, smoke: bool) -> list:
-    return list(seeds) if seeds is not None else list(SMOKE_SEEDS if smoke else DEFAULT_SEEDS)
+def _default_seeds(seeds, smoke: bool, name: str | None = None) -> list:
+    """``seeds`` if given, else SMOKE's, else the experiment's own (:data:`SEEDS_OF`) or 0 1 2."""
+    if seeds is not None:
+        return list(seeds)
+    return list(SMOKE_SEEDS if smoke else SEEDS_OF.get(name, DEFAULT_SEEDS))
 
 
 def run_experiment(name: str, smoke: bool = False, seeds=None,
@@ -243,7 +255,8 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     Args:
         name: one of :data:`EXPERIMENTS` or :data:`BENCHMARKS` (not ``all``: :func:`run_all`).
         smoke: the tiny SMOKE settings (a few updates per run, small evaluations).
-        seeds: ints; default 0 1 2 (SMOKE: 0).
+        seeds: ints; default the experiment's own (:data:`SEEDS_OF`: off_policy 0-4, tune 100
+            101) or 0 1 2; SMOKE: 0.
         output_dir: the experiment goes to ``output_dir/name``.
         settings: overrides of the experiment's settings (:func:`experiment_settings`).
         log: called with one line per run and the estimate (None: silent).
@@ -260,7 +273,7 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     if name == "all":
         raise ExperimentError("run_experiment runs one experiment; use run_all for 'all'")
     mod = module(name)
-    seeds = check_seeds(_default_seeds(seeds, smoke))
+    seeds = check_seeds(_default_seeds(seeds, smoke, name))
     s = experiment_settings(name, smoke, settings)
     out = Path(output_dir) / name
     plan = with_config(name, mod.variants(s), config)
@@ -335,7 +348,10 @@ def _report_lines(mod, result: dict, figures: list[tuple[str, str]]) -> list[str
     """``report.md``: header, each figure with its generated reading, the table, departures."""
     lines = header(result["experiment"], mod.TITLE, mod.CLAIM, result["seeds"], result["smoke"],
                    result["settings"], result["started"], result["seconds"],
-                   len(result["runs"]), result["estimate_seconds"], result["config"])
+                   len(result["runs"]), result["estimate_seconds"], result["config"],
+                   (result.get("cores"), result.get("cores_available")))
+    if getattr(mod, "DESIGN", None):  # the estimand and verdict rule, written before the runs
+        lines += ["## Design (fixed before the runs)", "", *[f"- {d}" for d in mod.DESIGN], ""]
     for i, (fig, caption) in enumerate(figures, 1):
         lines += [f"## Figure {i}", "", f"![{caption}]({fig})", "", caption, "",
                   "**Reading (sentences generated from this run's numbers):**", ""]
@@ -415,7 +431,9 @@ def main(args) -> int:
         return _print_results(results)
     try:
         names = resolve(args.name)
-        seeds = check_seeds(_default_seeds(args.seeds, args.smoke))
+        check_seeds(_default_seeds(args.seeds, args.smoke))
+        seeds = (args.seeds if args.seeds is not None  # None: each experiment's own seeds
+                 else list(SMOKE_SEEDS) if args.smoke else None)
         settings = {}
         if args.eval_size is not None:
             settings["eval_size"] = args.eval_size

@@ -7,6 +7,18 @@ early and trust the reward later. Here: async TB, the kit's default beta, a smal
 and the default annealed linearly to the smaller one over the run (``tb.beta_final``,
 ``tb.beta_anneal_steps``); after training, greedy accuracy and the KL to the reference,
 estimated on held-out prompts from the final policy's samples (:func:`kl_to_reference`).
+
+The claims, each judged by :data:`~tba_lab.lab.experiments.common.VERDICT_RULE` on per-seed
+differences of the smaller constant beta and the default, which share their seed
+(:func:`claims`); the paper's claim and setting: Eq. 2, the TB target pi_ref exp(r/beta), and
+Sec. 4's GSM8K runs, which anneal beta down to trust the reward more later:
+
+* KL: the mean over seeds of the KL to the reference at the smaller beta minus at the default,
+  predicted positive; smallest effect of interest 0.05 nats per response, the standard error of
+  one estimate from 50 prompts x 8 samples (0.03 to 0.05 nats, ``kl_se`` in results.json).
+* accuracy: the mean over seeds of the held-out accuracy at the smaller beta minus at the
+  default, predicted positive (the target tilts further towards the reward); smallest effect of
+  interest 3 points, about the standard error of one evaluation on 200 problems (3.5 at 40%).
 """
 from __future__ import annotations
 
@@ -19,6 +31,7 @@ from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SE
                                             batch_settings, change,
                                             core_overrides, errorbar, load_run_policy,
                                             one_thread, pct, pyplot, rng, separated, spread, save_figure)
+from tba_lab.lab.experiments.common import claim_lines, paired, paper_claim
 
 NAME = "beta"
 TITLE = "KL coefficient beta: constant or annealed (TB)"
@@ -31,6 +44,11 @@ DEPARTURES = [
     "KL is a Monte Carlo estimate on held-out prompts: the mean over samples y ~ pi(.|x) of "
     "log pi(y|x) - log pi_ref(y|x) (sequence sums at the sampling temperature, as in training).",
 ]
+# The paper's claim and setting of both claims (module docstring).
+PAPER_BETA = ("Eq. 2, the TB target pi_ref exp(r/beta) moves from the reference as beta falls; "
+              "Sec. 4 anneals beta down on GSM8K to trust the reward more later")
+KL_DELTA = 0.05  # nats per response: one KL estimate's standard error (module docstring)
+ACCURACY_DELTA = 0.03  # 3 points: one 200-problem evaluation's standard error
 
 
 # ------------------------------------------------------------------------------- the estimate
@@ -145,7 +163,30 @@ def analyse(runs: list[dict], s: dict) -> dict:
         cells.append({"variant": label, "text": label_text(label, s),
                       **{k: spread([r[k] for r in rows]) for k in ("accuracy_after", "gain", "kl")}})
     return {"cells": cells, "beta_default": s["beta_default"], "beta_small": s["beta_small"],
-            "kl_prompts": s["kl_prompts"], "kl_k": s["kl_k"]}
+            "kl_prompts": s["kl_prompts"], "kl_k": s["kl_k"], "claims": claims(runs, s)}
+
+
+def claims(runs: list[dict], s: dict) -> list[dict]:
+    """The claims of the module docstring from ``runs`` (results.json's rows: ``variant``,
+    ``seed``, ``kl`` in nats per response, ``accuracy_after`` a fraction), the smaller constant
+    beta (``const_small``) minus the default (``const_default``) paired by seed."""
+    def per_seed(variant, key):
+        return {r["seed"]: r.get(key) for r in runs if r["variant"] == variant}
+
+    b0, b1 = f"{s['beta_default']:g}", f"{s['beta_small']:g}"
+    return [
+        paper_claim("beta.kl", f"A smaller beta ({b1}) moves the policy further from the "
+                    f"reference than the default ({b0})", PAPER_BETA, f"mean over seeds of the "
+                    f"KL to the reference at beta {b1} minus at beta {b0}, same seed, equal "
+                    f"updates", paired(per_seed("const_small", "kl"), per_seed("const_default", "kl")),
+                    +1, KL_DELTA, "nats", digits=2),
+        paper_claim("beta.accuracy", f"A smaller beta ({b1}) raises held-out accuracy over the "
+                    f"default ({b0})", PAPER_BETA, f"mean over seeds of the accuracy at beta {b1} "
+                    f"minus at beta {b0}, same seed, equal updates",
+                    paired(per_seed("const_small", "accuracy_after"),
+                           per_seed("const_default", "accuracy_after")),
+                    +1, ACCURACY_DELTA, "points", scale=100.0),
+    ]
 
 
 def _rank(value: float, others: list[float]) -> str:
@@ -202,7 +243,7 @@ def readings(a: dict) -> list[str]:
     else:
         verdict = "does not show an accuracy benefit of annealing at this length"
     out.append(f"The paper anneals beta; this miniature {verdict}.")
-    return out
+    return out + claim_lines(a.get("claims", []))
 
 
 def figures(a: dict, out: Path) -> list[tuple[str, str]]:

@@ -7,6 +7,19 @@ and more diverse solutions. Here: async TB, one searcher, m in {0, 0.5, 0.8, 0.9
 inv_temp 0 and inv_temp 1 at m = 0.8, equal trainer updates; after training, greedy accuracy
 and the number of DISTINCT correct responses among K samples per held-out prompt
 (:func:`tba_lab.eval.sample_diversity`) at the run's temperature.
+
+The claims, each judged by :data:`~tba_lab.lab.experiments.common.VERDICT_RULE` on per-seed
+differences of two settings that share their seed (:func:`claims`); the paper's claim and
+setting: its abstract (reward- and recency-prioritising sampling "enable further gains as data
+generation is scaled") and Sec. 3-4 (many searchers filling one buffer, GSM8K and MATH):
+
+* recency: the mean over seeds of the held-out accuracy at the largest m minus at m = 0 (both
+  at inv_temp 0), predicted positive;
+* reward prioritisation, at each m run with inv_temp 1: the mean over seeds of the accuracy at
+  inv_temp 1 minus at inv_temp 0, predicted positive.
+
+Smallest effect of interest of both: 3 points, about the standard error of one evaluation on
+200 problems (3.5 at 40%): a smaller gain would not show in one run.
 """
 from __future__ import annotations
 
@@ -19,6 +32,7 @@ from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SE
                                             binomial_se_points, core_overrides, errorbar,
                                             load_run_policy, one_thread, pct, pyplot, rng,
                                             separated, spread, trend, save_figure)
+from tba_lab.lab.experiments.common import claim_lines, paired, paper_claim
 
 NAME = "buffer"
 TITLE = "Replay-buffer sampling: recency m and reward prioritisation inv_temp"
@@ -32,6 +46,9 @@ DEPARTURES = [
     "Diversity is counted on the embedded task: distinct token sequences among the correct "
     "samples of one prompt (the paper reports diversity on its red-teaming task).",
 ]
+PAPER_SAMPLING = ("abstract and Sec. 3-4: reward- and recency-prioritising buffer sampling enable "
+                  "further gains as data generation is scaled; many searchers, GSM8K and MATH")
+ACCURACY_DELTA = 0.03  # 3 points: one 200-problem evaluation's standard error (module docstring)
 
 
 def settings(smoke: bool) -> dict:
@@ -103,7 +120,35 @@ def analyse(runs: list[dict], s: dict) -> dict:
             "share_over_k": spread([r.get("share_over_k") for r in rows])})
     return {"cells": cells, "eval_size": s["eval_size"], "k": s["diversity_k"],
             "prompts": s["diversity_prompts"],
-            "accuracy_before": spread([r["accuracy_before"] for r in runs])}
+            "accuracy_before": spread([r["accuracy_before"] for r in runs]),
+            "claims": claims(runs, s)}
+
+
+def claims(runs: list[dict], s: dict) -> list[dict]:
+    """The claims of the module docstring from ``runs`` (results.json's rows: ``seed``,
+    ``recency_prob``, ``inv_temp``, ``accuracy_after`` a fraction), paired by seed: the largest
+    m minus the smallest at inv_temp 0 (none with one m), and inv_temp 1 minus 0 at each m that
+    ran both."""
+    def accuracy(m, inv_temp):
+        return {r["seed"]: r.get("accuracy_after") for r in runs
+                if r["recency_prob"] == m and r["inv_temp"] == inv_temp}
+
+    ms = sorted(s["recency"])
+    out = []
+    if len(ms) > 1:
+        out.append(paper_claim(
+            "buffer.recency", f"Recency-prioritised sampling (m = {ms[-1]:g}) raises held-out "
+            f"accuracy over uniform sampling (m = {ms[0]:g})", PAPER_SAMPLING,
+            f"mean over seeds of the accuracy at m = {ms[-1]:g} minus at m = {ms[0]:g}, inv_temp "
+            f"0, same seed, equal updates", paired(accuracy(ms[-1], 0.0), accuracy(ms[0], 0.0)),
+            +1, ACCURACY_DELTA, "points", scale=100.0))
+    for m in [m for m in s["inv_temp_at"] if m in ms]:
+        out.append(paper_claim(
+            f"buffer.reward_m{m:g}", f"Reward-prioritised sampling (inv_temp 1) raises held-out "
+            f"accuracy over inv_temp 0 at m = {m:g}", PAPER_SAMPLING, f"mean over seeds of the "
+            f"accuracy at inv_temp 1 minus at inv_temp 0, m = {m:g}, same seed, equal updates",
+            paired(accuracy(m, 1.0), accuracy(m, 0.0)), +1, ACCURACY_DELTA, "points", scale=100.0))
+    return out
 
 
 def _cells(a: dict, inv_temp: float) -> list[dict]:
@@ -156,7 +201,7 @@ def readings(a: dict) -> list[str]:
                        + (f", so inv_temp 1 and 0 drew {'the' if share == 0 else 'almost the'} "
                           f"same groups and this comparison cannot show its effect (each prompt "
                           f"was generated about once in these runs)." if share < 10 else "."))
-    return out
+    return out + claim_lines(a.get("claims", []))
 
 
 def _num(v: float) -> str:

@@ -20,7 +20,7 @@ from tba_lab.actors.placement import available_cores
 PAPER = "TBA (Bartoldson et al., arXiv 2503.18929)"
 
 # Rough costs on a 2-core machine for the time estimate printed before a run. The 80-update
-# runs of `off_policy` on 2026-12-02 (docs/results/off_policy_2026-12-02/, with the replay bound
+# runs of `off_policy` on 2026-12-02 (its first design; docs/log.md, with the replay bound
 # and the reference pass in the trainer) took 49 s each on average: about 8 s of start-up
 # (spawning the searcher, loading the models, the evaluations before and after, saving) and
 # 80 updates at about 115 per minute, the rate of async TBA with one searcher in the race of
@@ -74,6 +74,146 @@ def binomial_se_points(p: float, n: int) -> float:
     """Standard error of an accuracy p measured on n problems, in percentage points:
     100 * sqrt(p (1 - p) / n)."""
     return 100.0 * math.sqrt(max(p * (1.0 - p), 0.0) / max(n, 1))
+
+
+VERDICT_RULE = (
+    "Verdict rule, fixed before the numbers: the estimate is the mean over seeds of the paired "
+    "per-seed difference, with a 95% t-interval over seeds. *supported*: the interval lies wholly "
+    "on the side of 0 the claim predicts; *falsified*: it lies wholly on the other side, or "
+    "wholly within +-delta (any effect is smaller than the smallest effect of interest, delta); "
+    "*inconclusive*: anything else, or fewer than two seeds. The minimal detectable effect is "
+    "the true effect this many seeds would find with 80% power in a two-sided 5% test: "
+    "(t(0.975, n-1) + t(0.8, n-1)) x SD / sqrt(n).")
+
+
+def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "points",
+               scale: float = 1.0) -> dict:
+    """The verdict on one claim from its per-seed paired differences, by :data:`VERDICT_RULE`.
+
+    Args:
+        claim: what is claimed, in words (kept in the result).
+        diffs: per-seed differences (treatment minus control, paired by seed), in the metric's
+            own units (accuracy: a fraction); None entries (e.g. a target never reached) are
+            left out and counted.
+        direction: +1 if the claim predicts a positive difference, -1 a negative one.
+        delta: the smallest effect of interest, > 0, in the units of ``diffs``.
+        unit: how the estimate is read, for the report ("points", "updates/min", ...).
+        scale: the estimate and interval are multiplied by this (100 turns fractions into
+            percentage points); ``delta`` is given in the units of ``diffs``.
+
+    Returns:
+        ``{"claim", "estimate", "ci_low", "ci_high", "min_detectable_effect", "delta",
+        "verdict", "n", "missing", "unit", "direction"}``: the mean difference, its 95%
+        t-interval over seeds and the minimal detectable effect (80% power), scaled; None
+        where fewer than two seeds give no interval (verdict "inconclusive"). Formula: the
+        one-sample t-test on paired differences (Student 1908; scipy.stats.t).
+
+    Raises:
+        ValueError: ``direction`` not +1 or -1, ``delta`` not > 0, or a non-finite difference.
+    """
+    from scipy import stats
+
+    if direction not in (1, -1):
+        raise ValueError(f"direction={direction}: give +1 (claim predicts a rise) or -1 (a fall)")
+    if not delta > 0:
+        raise ValueError(f"delta={delta}: the smallest effect of interest must be > 0")
+    values = list(diffs)
+    xs = [float(v) for v in values if v is not None]
+    if any(not math.isfinite(x) for x in xs):
+        raise ValueError(f"diffs={values}: a difference is NaN or infinite")
+    out = {"claim": claim, "estimate": None, "ci_low": None, "ci_high": None,
+           "min_detectable_effect": None, "delta": delta * scale, "verdict": "inconclusive",
+           "n": len(xs), "missing": len(values) - len(xs), "unit": unit, "direction": direction}
+    if not xs:
+        return out
+    n, mean = len(xs), sum(xs) / len(xs)
+    out["estimate"] = mean * scale
+    if n < 2:
+        return out
+    se = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n)
+    half = float(stats.t.ppf(0.975, n - 1)) * se
+    lo, hi = mean - half, mean + half
+    mde = (float(stats.t.ppf(0.975, n - 1)) + float(stats.t.ppf(0.8, n - 1))) * se
+    if (lo > 0 and direction > 0) or (hi < 0 and direction < 0):
+        verdict = "supported"
+    elif (hi < 0 and direction > 0) or (lo > 0 and direction < 0) or (-delta < lo and hi < delta):
+        verdict = "falsified"
+    else:
+        verdict = "inconclusive"
+    out.update(ci_low=lo * scale, ci_high=hi * scale, min_detectable_effect=mde * scale,
+               verdict=verdict)
+    return out
+
+
+def claim_sentence(c: dict, digits: int = 1) -> str:
+    """One line for a report: the claim, estimate, 95% interval, minimal detectable effect and
+    verdict of a :func:`claim_test` result."""
+    def f(v):  # round first: a mean of -1e-17 is 0.0, not "-0.0"
+        return "n/a" if v is None else f"{round(v, digits) + 0.0:+.{digits}f}"
+
+    if c["estimate"] is None:
+        return f"{c['claim']}: no seed gave a value, **inconclusive**."
+    if c["ci_low"] is None:
+        return (f"{c['claim']}: {f(c['estimate'])} {c['unit']} from one seed, no interval: "
+                f"**inconclusive**.")
+    return (f"{c['claim']}: {f(c['estimate'])} {c['unit']}, 95% interval {f(c['ci_low'])} to "
+            f"{f(c['ci_high'])} over {c['n']} seeds; smallest effect this run could detect "
+            f"{abs(c['min_detectable_effect']):.{digits}f}, smallest of interest "
+            f"{c['delta']:.{digits}f}: **{c['verdict']}**.")
+
+
+def paper_claim(name: str, claim: str, paper: str, estimand: str, diffs: dict, direction: int,
+                delta: float, unit: str, scale: float = 1.0, digits: int = 1,
+                missing_reason: str = "") -> dict:
+    """:func:`~tba_lab.lab.experiments.common.claim_test` of one claim, with what the report and
+    notebook 07 print beside it.
+
+    Args:
+        name: a short id ("race.updates_per_minute").
+        claim: the claim in words; ``paper``: the paper's claim and setting (section, figure);
+            ``estimand``: what the estimate is the mean of. The three make the ``claim`` text.
+        diffs: ``{seed: per-seed paired difference or None}`` in the metric's own units (None:
+            the seed gave none, e.g. a target never reached; left out and counted).
+        direction, delta, unit, scale: as :func:`claim_test` (``delta`` in the units of diffs).
+        digits: decimals the sentence prints.
+        missing_reason: why a seed can have no difference, for the report.
+
+    Returns:
+        claim_test's dict plus ``name``, ``statement`` (``claim`` alone), ``paper``,
+        ``estimand``, ``digits``, ``diffs`` (``{seed as str: scaled difference or None}``),
+        ``missing_seeds`` (seeds as str) and ``missing_reason``.
+
+    Raises:
+        ValueError: as :func:`claim_test` (bad direction or delta, a non-finite difference).
+    """
+    c = claim_test(f"{claim} (paper: {paper}; estimand: {estimand})", list(diffs.values()),
+                   direction, delta, unit, scale)
+    return {**c, "name": name, "statement": claim, "paper": paper, "estimand": estimand,
+            "digits": digits,
+            "diffs": {str(k): None if d is None else d * scale for k, d in diffs.items()},
+            "missing_seeds": [str(k) for k, d in diffs.items() if d is None],
+            "missing_reason": missing_reason}
+
+
+def paired(treated: dict, control: dict, f=lambda t, c: t - c) -> dict:
+    """``{seed: f(treated[seed], control[seed])}`` over the seeds of either; None where a seed
+    lacks one side or either value is None (``treated``, ``control``: ``{seed: value}``)."""
+    seeds = list(dict.fromkeys([*treated, *control]))
+    return {s: None if treated.get(s) is None or control.get(s) is None
+            else f(treated[s], control[s]) for s in seeds}
+
+
+def claim_lines(claims: list[dict]) -> list[str]:
+    """The report's lines for ``claims``: one :func:`claim_sentence` each (naming the seeds left
+    out and why), then :data:`VERDICT_RULE` once; nothing without claims."""
+    out = []
+    for c in claims:
+        line = claim_sentence(c, c.get("digits", 1))
+        if c.get("missing_seeds"):
+            line += (f" Left out: seed(s) {', '.join(map(str, c['missing_seeds']))} "
+                     f"({c['missing_reason'] or 'no value'}).")
+        out.append(line)
+    return out + [VERDICT_RULE] if out else out
 
 
 def time_to_target(evals: list[dict], target: float, key: str = "accuracy") -> float | None:
@@ -247,16 +387,18 @@ def errorbar(ax, xs, spreads: list[dict], scale: float = 100.0, **kw):
 
 def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, settings: dict,
            started: str, seconds: float, n_runs: int, estimate: float,
-           config: dict | None = None) -> list[str]:
+           config: dict | None = None, cores: tuple | None = None) -> list[str]:
     """The report's first lines: title, the paper's claim, date, cores, seeds, settings and
-    the RunConfig fields every run got from ``--config`` (if any)."""
+    the RunConfig fields every run got from ``--config`` (if any). ``cores``: the recorded
+    ``(os.cpu_count(), available_cores())`` of the runs (default: this machine's now)."""
+    cpu, usable = cores if cores and None not in cores else (os.cpu_count(), available_cores())
     shown = ", ".join(f"{k} = {v}" for k, v in settings.items())
     given = [f"| run config (`--config`, every run) | `{json.dumps(config)}` |"] if config else []
     return [f"# {title}{' (SMOKE)' if smoke else ''}", "", f"Paper: {claim}", "",
             "| | |", "|---|---|",
             f"| experiment | `tba-lab experiment {name}{' --smoke' if smoke else ''}` |",
-            f"| started | {started} |", f"| cores (`os.cpu_count()`) | {os.cpu_count()} |",
-            f"| cores the runs may use (affinity and CPU quota) | {available_cores()} |",
+            f"| started | {started} |", f"| cores (`os.cpu_count()`) | {cpu} |",
+            f"| cores the runs may use (affinity and CPU quota) | {usable} |",
             f"| seeds | {' '.join(map(str, seeds))} |",
             f"| runs | {n_runs}, one after another, seed-major |",
             f"| wall clock | {seconds / 60:.1f} min (estimated before: {estimate / 60:.1f} min) |",

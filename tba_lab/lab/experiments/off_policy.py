@@ -1,235 +1,323 @@
-"""Experiment ``off_policy``: accuracy gain against the sync period k, TB vs GRPO vs RLOO.
+"""Experiment ``off_policy``: does stale data cost TB less accuracy than it costs GRPO?
 
-Claim (TBA, arXiv 2503.18929, abstract and Sec. 4): TB keeps high accuracy as asynchrony
-grows, because its loss is a regression to a fixed target that stale data does not move
-(Sec. 3), while objectives built for on-policy data (GRPO, RLOO) need importance ratios that
-stale data strain. Here: async mode, one searcher, weights published every k updates (fresh
-data up to about 2k-1 updates stale, replayed data older), the same number of trainer updates
-for every run, greedy accuracy on the first ``eval_size`` held-out problems.
+Claim (TBA, arXiv 2503.18929, abstract, Sec. 3 and Table 1): TB's loss is a regression to a
+fixed target that stale data does not move, so TB trains well on data sampled by old weights.
+The paper's evidence is a comparison of levels, not a curve: on TL;DR summarisation
+(Pythia-410M, Table 1) Online DPO goes 0.85 -> 0.82, Async PPO 0.86 -> 0.76 and Proximal RLOO
+0.82 -> 0.77 in win rate from on-policy to about 15 steps off-policy, and TBA at sync period 10
+("about 15 steps off-policy on average") reaches 0.86, each method at its own tuned learning
+rate. On GSM8K (App. D, Fig. 7) TB itself is sensitive to staleness.
+
+The design here is fixed before the runs (:data:`DESIGN`, printed at the top of the report):
+
+* **Constant lag.** One process, no searcher and no buffer (the loop of
+  :func:`tba_lab.lab.experiments.per_update.run_variant`): update t trains on B x K rollouts of
+  the next training prompts sampled with the weights of update t - L (L = 0 on-policy, L = 15
+  the paper's level; the first L updates use the starting weights). Every arm of a seed sees
+  the same prompts in the same order.
+* **Each loss at its own tuned settings** (:data:`TUNED`, from ``tba-lab experiment tune`` on
+  seeds 100 and 101, apart from the reporting seeds 0-4; ``docs/results/tune/``).
+* **Estimand.** Per seed, an arm's accuracy is the mean greedy accuracy on all 1000 held-out
+  problems at updates 20, 40 and 60; a loss's drop is its accuracy at L = 0 minus at L = 15;
+  D = TB's drop - GRPO's drop. The paper predicts D < 0. Verdict by
+  :data:`tba_lab.lab.experiments.common.VERDICT_RULE` with delta = 3 points.
+* **Staleness in nats.** Every update logs ``behaviour_kl``, the mean over the batch of
+  log mu(y|x) - log pi_theta(y|x) summed over the response (an estimate of KL(mu || pi_theta),
+  nats per response); the report plots accuracy lost against it.
+* **A sync-period run at the paper's ratio.** The real asynchronous trainer (one searcher, a
+  replay buffer) publishing weights every k = 2 updates in a 120-update run (1.7%; the paper's
+  ratio of k to the run's length is under 2%), per loss: where real asynchrony sits on the
+  nats axis beside the constant lags.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SECONDS,
-                                            SMOKE_RUN_SECONDS, UPDATES_PER_MINUTE, basic_numbers,
-                                            batch_settings,
-                                            binomial_se_points, core_overrides, errorbar, points,
-                                            pyplot, rng, separated, spread, save_figure)
+from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, SMOKE_RUN_SECONDS,
+                                            UPDATES_PER_MINUTE, VERDICT_RULE, claim_sentence,
+                                            claim_test, core_overrides, pyplot, rng, save_figure,
+                                            spread)
 
 NAME = "off_policy"
-TITLE = "Off-policy robustness: accuracy gain against the sync period k"
-CLAIM = (f"{PAPER}, abstract and Sec. 4: TB keeps high accuracy as asynchrony grows; its loss "
-         f"(Eq. 3-5) is valid on stale data, while GRPO and RLOO rely on importance ratios to "
-         f"the behaviour policy.")
+TITLE = "Off-policy robustness: accuracy lost to stale data, TB against GRPO"
+CLAIM = (f"{PAPER}, abstract, Sec. 3 and Table 1: TB's loss (Eq. 3-5) is valid on stale data, so "
+         f"TB keeps its accuracy when it trains on rollouts of old weights (Table 1: TBA at about "
+         f"15 steps off-policy matches the on-policy baselines, which lose 3 to 10 points of win "
+         f"rate at that staleness).")
+# Smallest effect of interest: 3 points of accuracy, the size of the baselines' smallest loss in
+# Table 1 (Online DPO, 0.85 -> 0.82) and about the resolution the issue asked of this design.
+DELTA = 0.03
+SEEDS = (0, 1, 2, 3, 4)  # reporting seeds; the tuning seeds (100, 101) are kept apart
+# Each loss's own learning rate (and TB's beta), the winners of `tba-lab experiment tune`
+# (docs/results/tune/: fresh data, 60 updates, accuracy on 1000 held-out problems).
+TUNED = {"tb": {"training": {"learning_rate": 2.5e-5}, "tb": {"beta": 0.03}},
+         "grpo": {"training": {"learning_rate": 2.5e-5}}}
+DESIGN = [
+    f"Arms: TB (learning rate {TUNED['tb']['training']['learning_rate']}, beta "
+    f"{TUNED['tb']['tb']['beta']}) and GRPO (learning rate "
+    f"{TUNED['grpo']['training']['learning_rate']}), each at its tuned settings "
+    "(`tba-lab experiment tune`), trained on rollouts exactly L updates old, L = 0 and L = 15 "
+    "(the paper's 'about 15 steps off-policy'), the same prompts in the same order in every arm "
+    "of a seed.",
+    "Estimand: per seed, an arm's accuracy is the mean greedy accuracy on the held-out problems "
+    "at the evaluations after update 0; drop = accuracy at L = 0 minus at L = 15; "
+    "D = TB's drop - GRPO's drop. The paper predicts D < 0 (TB loses less).",
+    f"Smallest effect of interest: {100 * DELTA:.0f} points. {VERDICT_RULE}",
+    "Staleness in nats: behaviour_kl, the mean over each batch of log mu(y|x) - log "
+    "pi_theta(y|x) summed over the response, averaged over the run's updates.",
+    "The sync-period runs (the asynchronous trainer, weights published every k updates, k "
+    "under 2% of the run's length) are not part of D: they place real asynchrony on the same "
+    "nats axis.",
+]
 DEPARTURES = [
-    "One CPU searcher, a 1M-parameter model and synthetic two-step arithmetic instead of GPUs, "
-    "billion-parameter models and GSM8K/MATH/TL;DR; far fewer updates per run (see the "
-    "settings above).",
-    "Every run gets the same number of trainer updates (`training.max_steps`), and the learning "
-    "rate decays linearly to 0 over them (the kit's default schedule; not in the paper).",
-    "GRPO and RLOO run off-policy with a per-token PPO clip on the searcher's recorded behaviour "
-    "log-probs (the kit's baselines); the paper's off-policy baselines are Online DPO, RLOO, "
-    "PPO and Dr. GRPO in their own codebases.",
-    "Staleness is measured, not set: k bounds fresh data to about 2k-1 updates, replayed data "
-    "(recency m below 1, `buffer.recency_prob`) can be older.",
+    "A 1M-parameter model on synthetic two-step arithmetic, greedy exact-match accuracy on "
+    "1000 held-out problems, 60 updates per run, instead of Pythia-410M on TL;DR (win rate "
+    "judged by a reward model) or 7B models on GSM8K, with hundreds of updates.",
+    "The baseline is the kit's GRPO (per-token PPO clip on the recorded behaviour log-probs); "
+    "the paper's are Online DPO, Async PPO and Proximal RLOO in their own codebases.",
+    "Constant, exact staleness (every batch L updates old), where an asynchronous run's "
+    "staleness varies from batch to batch; no replay buffer in the lag arms.",
+    "A constant learning rate in the lag arms (the kit's trainer decays it to 0); the paper "
+    "tunes each method's rate, as here, and anneals TB's beta, which here is constant.",
 ]
 
 
 def settings(smoke: bool) -> dict:
-    """The grid and run length: full (3 algorithms x k in {1, 4, 16, 64}, 64 updates, 200
-    held-out problems) or SMOKE (2 x 2, 4 updates, 50 problems, small batches)."""
+    """The design's numbers: full (TB and GRPO x L in {0, 15}, 60 updates, evaluations of 1000
+    problems at 20, 40, 60; async runs k = 2 over 120 updates) or SMOKE (L in {0, 2}, 4
+    updates, 50 problems, small batches, 4-update async runs)."""
     if smoke:
-        return {"algos": ["tb", "grpo"], "sync_periods": [1, 4], "max_steps": 4,
-                "eval_size": 50, "max_minutes": 3.0, **batch_settings(True)}
-    return {"algos": ["tb", "grpo", "rloo"], "sync_periods": [1, 4, 16, 64],
-            "max_steps": FULL_UPDATES, "eval_size": 200, "max_minutes": 10.0,
-            **batch_settings(False)}
+        return {"algos": ["tb", "grpo"], "lags": [0, 2], "updates": 4, "eval_every": 2,
+                "eval_size": 50, "prompts": 8, "generations": 4, "sync_period": 1,
+                "sync_updates": 4, "initial_fill": 32, "max_minutes": 3.0}
+    return {"algos": ["tb", "grpo"], "lags": [0, 15], "updates": 60, "eval_every": 20,
+            "eval_size": 1000, "prompts": 16, "generations": 8, "sync_period": 2,
+            "sync_updates": 120, "initial_fill": 256, "max_minutes": 10.0}
+
+
+def _tuned(algo: str, s: dict) -> dict:
+    from tba_lab.config import merge
+
+    return merge({"algo": algo, "training": {"num_prompts_per_step": s["prompts"],
+                                             "num_generations": s["generations"]}},
+                 TUNED.get(algo, {}))
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:
-    """``(label, config overrides)`` per run of one seed."""
-    out = []
-    for k in s["sync_periods"]:
-        for algo in s["algos"]:
-            out.append((f"{algo}_k{k}", {**core_overrides(s), "algo": algo,
-                                         "async": {"mode": "async", "num_searchers": 1,
-                                                   "sync_period": int(k)}}))
+    """``(label, config overrides)`` per run of one seed: ``ALGO_staleL`` (the constant-lag
+    loop; the name is :mod:`per_update`'s) and ``ALGO_async_kK`` (the asynchronous trainer);
+    ``sync_updates`` 0 leaves the async runs out."""
+    from tba_lab.config import merge
+
+    if s["lags"][0] != 0 or len(s["lags"]) < 2:
+        from tba_lab.lab.experiments.common import ExperimentError
+
+        raise ExperimentError(f"off_policy: lags={s['lags']}: give 0 first and at least one "
+                              f"larger lag, e.g. lags=0,15")
+    out = [(f"{a}_stale{L}", _tuned(a, s)) for L in s["lags"] for a in s["algos"]]
+    if s["sync_updates"]:
+        run = {**s, "max_steps": s["sync_updates"], "eval_every": 0}
+        out += [(f"{a}_async_k{s['sync_period']}",
+                 merge(merge(core_overrides(run), _tuned(a, s)),
+                       {"async": {"mode": "async", "num_searchers": 1,
+                                  "sync_period": int(s["sync_period"])}}))
+                for a in s["algos"]]
     return out
 
 
 def estimate_seconds(s: dict, n_seeds: int, smoke: bool) -> float:
-    """Planned wall clock: runs x (start-up and evaluations + updates at the 2-core rate)."""
-    per_run = (SMOKE_RUN_SECONDS if smoke
-               else RUN_OVERHEAD_SECONDS + 60.0 * s["max_steps"] / UPDATES_PER_MINUTE)
-    return n_seeds * len(variants(s)) * per_run
+    """Lag runs: about 0.75 s per update of B x K = 16 x 8 and 3 ms per problem evaluated
+    (2 cores; TB 50 s and GRPO 45 s per 60-update run on 2026-12-06); async runs: start-up
+    plus updates at the 2-core rate."""
+    if smoke:
+        return n_seeds * len(variants(s)) * SMOKE_RUN_SECONDS
+    rows = 0.75 * s["prompts"] * s["generations"] / 128
+    lag = s["updates"] * rows + (s["updates"] // s["eval_every"] + 1) * s["eval_size"] * 0.003
+    sync = RUN_OVERHEAD_SECONDS + 60.0 * s["sync_updates"] / UPDATES_PER_MINUTE
+    return n_seeds * len(s["algos"]) * (len(s["lags"]) * lag + (sync if s["sync_updates"] else 0))
+
+
+def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
+    """A lag arm through :func:`per_update.run`, an async arm through the real trainer."""
+    from tba_lab.lab.experiments import per_update
+    from tba_lab.lab.experiments.common import train_run
+
+    if "_async_" in variant:
+        return train_run(overrides, run_dir, seed)
+    return per_update.run(variant, overrides, run_dir, seed,
+                          {"updates": s["updates"], "eval_every": s["eval_every"],
+                           "eval_size": s["eval_size"]})
 
 
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
-    algo, k = variant.rsplit("_k", 1)
-    return {"algo": algo, "sync_period": int(k), **basic_numbers(summary, s)}
+    """An arm's numbers: accuracy (the mean over the evaluations after update 0, for the lag
+    arms; after training, for the async arms), behaviour_kl and clip_fraction (means over the
+    run's updates), staleness in updates."""
+    from tba_lab.runlog import read_jsonl_rows
+
+    algo = variant.split("_")[0]
+    rows = read_jsonl_rows(Path(run_dir) / "eval.jsonl")
+    if "_async_" in variant:
+        metrics = read_jsonl_rows(Path(run_dir) / "metrics.jsonl")
+        terms = {k: (sum(vs) / len(vs) if vs else None)
+                 for k in ("behaviour_kl", "clip_fraction")
+                 for vs in [[m[k] for m in metrics if m.get(k) is not None]]}
+        return {"algo": algo, "arm": "async", "lag": None,
+                "sync_period": int(variant.rsplit("_k", 1)[1]),
+                "accuracy": summary.get("accuracy_after"),
+                "staleness_mean": summary.get("staleness_mean"), **terms}
+    after = [r["accuracy"] for r in rows if r["step"] > 0]
+    return {"algo": algo, "arm": "lag", "lag": int(variant.rsplit("stale", 1)[1]),
+            "sync_period": None, "accuracy": sum(after) / len(after) if after else None,
+            "staleness_mean": float(variant.rsplit("stale", 1)[1]),
+            "behaviour_kl": summary.get("behaviour_kl"),
+            "clip_fraction": summary.get("clip_fraction")}
+
+
+def _by_seed(runs: list[dict], algo: str, lag: int) -> dict:
+    return {r["seed"]: r["accuracy"] for r in runs
+            if r["algo"] == algo and r["arm"] == "lag" and r["lag"] == lag}
 
 
 def analyse(runs: list[dict], s: dict) -> dict:
-    """Per (algorithm, k): spreads over seeds of gain, accuracy after and mean staleness."""
+    """Per arm: spreads over seeds; per loss: its drop from L = 0 to the largest lag with a
+    95% interval (a description, no verdict); the claim on D = TB's drop - GRPO's drop
+    (:func:`claim_test`, its verdict by the rule)."""
+    lags, algos = s["lags"], s["algos"]
+    big = lags[-1]
     cells = []
-    for k in s["sync_periods"]:
-        for algo in s["algos"]:
-            rows = [r for r in runs if r["algo"] == algo and r["sync_period"] == k]
-            cells.append({"algo": algo, "k": k,
-                          **{m: spread([r[m] for r in rows])
-                             for m in ("gain", "accuracy_after", "staleness_mean")}})
-    return {"cells": cells, "eval_size": s["eval_size"],
-            "accuracy_before": spread([r["accuracy_before"] for r in runs])}
+    for algo in algos:
+        for lag in lags:
+            rs = [r for r in runs if r["algo"] == algo and r["arm"] == "lag" and r["lag"] == lag]
+            steps = sorted({e["step"] for r in rs for e in r["evals"]})
+            cells.append({"algo": algo, "arm": "lag", "lag": lag, "steps": steps,
+                          "accuracy_at": [spread(e["accuracy"] for r in rs for e in r["evals"]
+                                                 if e["step"] == n) for n in steps],
+                          **{m: spread(r.get(m) for r in rs)
+                             for m in ("accuracy", "behaviour_kl", "clip_fraction")}})
+        rs = [r for r in runs if r["algo"] == algo and r["arm"] == "async"]
+        if rs:
+            cells.append({"algo": algo, "arm": "async", "sync_period": rs[0]["sync_period"],
+                          **{m: spread(r.get(m) for r in rs)
+                             for m in ("accuracy", "behaviour_kl", "clip_fraction",
+                                       "staleness_mean")}})
+    drops, per_seed = {}, {}
+    for algo in algos:
+        fresh, stale = _by_seed(runs, algo, 0), _by_seed(runs, algo, big)
+        per_seed[algo] = {seed: fresh[seed] - stale[seed] for seed in fresh
+                          if seed in stale and None not in (fresh[seed], stale[seed])}
+        interval = claim_test(f"{algo.upper()}'s drop from L = 0 to L = {big}",
+                              list(per_seed[algo].values()), -1, DELTA, scale=100)
+        drops[algo] = {k: interval[k] for k in ("claim", "estimate", "ci_low", "ci_high", "n")}
+    claims = []
+    if "tb" in algos and "grpo" in algos:
+        seeds = sorted(set(per_seed["tb"]) & set(per_seed["grpo"]))
+        d = [per_seed["tb"][k] - per_seed["grpo"][k] for k in seeds]
+        claims.append({**claim_test(f"D = TB's drop - GRPO's drop at L = {big}", d, -1, DELTA,
+                                    scale=100), "per_seed": dict(zip(seeds, d)),
+                       "paper": "Table 1 (TL;DR, Pythia-410M): TBA at about 15 steps "
+                                "off-policy keeps the on-policy win rate; baselines lose 3-10 "
+                                "points"})
+    return {"cells": cells, "drops": drops, "claims": claims, "eval_size": s["eval_size"],
+            "lags": lags, "updates": s["updates"]}
 
 
-def _cell(a: dict, algo: str, k: int) -> dict:
-    return next(c for c in a["cells"] if c["algo"] == algo and c["k"] == k)
+def _cell(a: dict, algo: str, arm: str, lag=None) -> dict | None:
+    return next((c for c in a["cells"] if c["algo"] == algo and c["arm"] == arm
+                 and (arm != "lag" or c["lag"] == lag)), None)
 
 
-ALGO_NAMES = {"tb": "TB", "grpo": "GRPO", "rloo": "RLOO"}
-
-
-def _name(algo: str) -> str:
-    return ALGO_NAMES.get(algo, algo)
+def _nats(s: dict) -> str:
+    return rng(s, lambda v: f"{round(v, 3) + 0.0:.3f}")  # no "-0.000" for float noise at L = 0
 
 
 def readings(a: dict) -> list[str]:
-    """Sentences read off the numbers of :func:`analyse` (wording chosen by comparing them).
-
-    Robustness is the share of the k = k1 gain an algorithm keeps at larger k, averaged over
-    every larger k in the grid: the drop in points would favour whichever gained least at k1,
-    and the largest k alone can order the algorithms differently from the others."""
-    ks = sorted({c["k"] for c in a["cells"]})
-    algos = list(dict.fromkeys(c["algo"] for c in a["cells"]))
-    k1, later = ks[0], ks[1:]
-    p0 = a["accuracy_before"]["mean"] or 0.0
-    noise = 2 ** 0.5 * binomial_se_points(p0, a["eval_size"])  # SE of a difference, points
-    out = [f"Gain over the starting policy at k = {k1}: " + ", ".join(
-        f"{_name(x)} {rng(_cell(a, x, k1)['gain'], points)} points" for x in algos)
-        + f". One evaluation of {a['eval_size']} problems has a standard error of about "
-          f"{noise / 2 ** 0.5:.1f} points, a difference of two about {noise:.1f}."]
-    if not later:
-        return out
-    kn = later[-1]
-    kept, share, real_gain = [], {}, {}
-    for x in algos:
-        g1, gn = _cell(a, x, k1)["gain"]["mean"], _cell(a, x, kn)["gain"]["mean"]
-        gk = [_cell(a, x, k)["gain"]["mean"] for k in later]
-        if g1 is None or None in gk:
-            continue
-        real_gain[x] = 100 * g1 > noise
-        if not real_gain[x]:
-            kept.append(f"{_name(x)} gained {points(g1)} points at k = {k1}, within noise, "
-                        f"so it had no clear gain to keep ({points(gn)} at k = {kn})")
-            continue
-        share[x] = sum(gk) / len(gk) / g1  # mean over k > k1 of the share of the k1 gain kept
-        kept.append(f"{_name(x)} keeps none of its k = {k1} gain ({points(g1)} -> {points(gn)} "
-                    f"points)" if gn <= 0 else f"{_name(x)} keeps {gn / g1:.0%} of its k = {k1} "
-                    f"gain ({points(g1)} -> {points(gn)} points)")
-    if kept:
-        out.append(f"At k = {kn}: " + "; ".join(kept) + ".")
-    if len(share) >= 2:
-        out.append(_share_sentence(a, share, k1, later))
-    if "tb" in real_gain and len(real_gain) >= 2:
-        out += _tb_against_baselines(a, real_gain, share, k1, later)
-    st1 = [_cell(a, x, k1)["staleness_mean"]["mean"] for x in algos]
-    stn = [_cell(a, x, kn)["staleness_mean"]["mean"] for x in algos]
-    if all(v is not None for v in st1 + stn):
-        out.append(f"Mean staleness of the trained data (averaged over algorithms) is "
-                   f"{sum(st1) / len(st1):.1f} updates at k = {k1} and {sum(stn) / len(stn):.1f} "
-                   f"at k = {kn} (fresh data at most about 2k-1 = {2 * kn - 1}).")
+    """The drops with intervals, staleness in nats, and the claim's verdict by its rule."""
+    big = a["lags"][-1]
+    out = []
+    for algo, d in a["drops"].items():
+        fresh, stale = _cell(a, algo, "lag", 0), _cell(a, algo, "lag", big)
+        interval = ("" if d["ci_low"] is None else
+                    f", 95% interval {d['ci_low']:+.1f} to {d['ci_high']:+.1f}")
+        out.append(f"{algo.upper()}: accuracy {rng(fresh['accuracy'])} at L = 0 and "
+                   f"{rng(stale['accuracy'])} at L = {big}; its drop is "
+                   + ("n/a" if d["estimate"] is None else f"{d['estimate']:+.1f} points")
+                   + f"{interval} over {d['n']} seeds.")
+    for c in a["claims"]:
+        out.append(claim_sentence(c))
+    kl = [f"{c['algo'].upper()} {_nats(c['behaviour_kl'])} at L = {c['lag']}" for c in a["cells"]
+          if c["arm"] == "lag" and c["behaviour_kl"]["n"]]
+    if kl:
+        out.append("Staleness in nats (behaviour KL per response, mean over updates): "
+                   + ", ".join(kl) + ".")
+    sync = [c for c in a["cells"] if c["arm"] == "async"]
+    for c in sync:
+        out.append(f"The asynchronous {c['algo'].upper()} run publishing every "
+                   f"{c['sync_period']} updates: accuracy after {rng(c['accuracy'])}, mean "
+                   f"staleness {rng(c['staleness_mean'], lambda v: f'{v:.1f}')} updates, "
+                   f"behaviour KL {_nats(c['behaviour_kl'])} nats.")
     return out
 
 
-def _share_sentence(a: dict, share: dict, k1: int, later: list) -> str:
-    """Which algorithm keeps the largest and smallest share of its k1 gain, and whether the
-    largest k alone says otherwise."""
-    kn = later[-1]
-    best, worst = max(share, key=share.get), min(share, key=share.get)
-    over = (f"At k = {kn}" if len(later) == 1 else
-            "Averaged over k = " + ", ".join(map(str, later[:-1])) + f" and {kn}")
-    at_kn = {x: _cell(a, x, kn)["gain"]["mean"] / _cell(a, x, k1)["gain"]["mean"] for x in share}
-    best_kn = max(at_kn, key=at_kn.get)
-    return (f"{over}, the share of the k = {k1} gain kept is "
-            + ", ".join(f"{_name(x)} {v:.0%}" for x, v in share.items())
-            + f": the gain holds up best for {_name(best)} and worst for {_name(worst)} (the "
-              f"share, not the drop in points, which would favour whichever gained least at "
-              f"k = {k1})."
-            + ("" if best_kn == best else f" At k = {kn} alone {_name(best_kn)} keeps the "
-                                          f"largest share, so the ordering depends on k."))
-
-
-def _tb_against_baselines(a: dict, real_gain: dict, share: dict, k1: int,
-                          later: list) -> list[str]:
-    """TB's range over seeds against each baseline's at every k > k1, and the verdict on the
-    paper's claim (TB keeps its accuracy best as asynchrony grows)."""
-    kn = later[-1]
-    seps = {k: {x: separated(_cell(a, "tb", k)["gain"], _cell(a, x, k)["gain"])
-                for x in real_gain if x != "tb"} for k in later}
-    below = {}  # baseline -> the first k at which TB's range lies below the baseline's
-    for k in later:
-        for x, v in seps[k].items():
-            if v == -1:
-                below.setdefault(_name(x), k)
-    words = {1: "lies above", -1: "lies below", 0: "overlaps"}
-    earlier = [f"{x}'s at k = {k}" for x, k in below.items() if k != kn]
-    ranges = (f"At k = {kn} TB's range over seeds "
-              + "; ".join(f"{words[v]} {_name(x)}'s" for x, v in seps[kn].items()) + "."
-              + (f" It lies below {' and '.join(earlier)}." if earlier else ""))
-    best = max(share, key=share.get) if len(share) >= 2 else None
-    if not real_gain["tb"]:
-        verdict = (f"is inconclusive: TB's own gain at k = {k1} is within the evaluation noise, "
-                   f"so the miniature cannot show how much of it survives")
-    elif best is None:
-        verdict = (f"is inconclusive: no baseline's gain at k = {k1} is above the evaluation "
-                   f"noise, so there is nothing to compare TB's with")
-    elif best != "tb":
-        verdict = (f"does not reproduce the paper's ordering: {_name(best)} keeps the largest "
-                   f"share of its gain as k grows here")
-    elif below:
-        verdict = ("is mixed: TB keeps the largest share of its gain as k grows, but its range "
-                   "lies below " + " and ".join(f"{x}'s at k = {k}" for x, k in below.items()))
-    elif all(v == 1 for v in seps[kn].values()):
-        verdict = (f"agrees with the paper: TB keeps the largest share of its gain as k grows "
-                   f"and its range at k = {kn} lies above every baseline's")
-    else:
-        verdict = (f"points the same way as the paper (TB keeps the largest share of its gain as "
-                   f"k grows), but its range at k = {kn} does not lie above every baseline's, "
-                   f"so it is within noise")
-    return [ranges, f"Against the paper's claim, this miniature {verdict}."]
-
-
 def figures(a: dict, out: Path) -> list[tuple[str, str]]:
-    """``off_policy.png``: (a) gain vs k, (b) mean staleness vs k; log2 x-axis."""
+    """``off_policy.png``: (a) accuracy over updates per arm; (b) accuracy lost against
+    behaviour KL in nats; (c) D per seed with its 95% interval and the +-delta band."""
     plt = pyplot()
-    ks = sorted({c["k"] for c in a["cells"]})
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    for i, algo in enumerate(dict.fromkeys(c["algo"] for c in a["cells"])):
-        cells = [_cell(a, algo, k) for k in ks]
-        shift = [k * 2 ** (0.06 * (i - 1)) for k in ks]  # side by side, not on top
-        errorbar(ax1, shift, [c["gain"] for c in cells], label=algo.upper(), color=f"C{i}")
-        errorbar(ax2, shift, [c["staleness_mean"] for c in cells], scale=1.0,
-                 label=algo.upper(), color=f"C{i}")
-    ax1.axhline(0, color="0.5", lw=1)
-    ax1.set(ylabel="held-out accuracy gain (points)",
-            title=f"(a) gain over the starting policy, {a['eval_size']} problems")
-    ax2.set(ylabel="mean staleness (updates)", title="(b) staleness of the trained data")
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ks, [str(k) for k in ks])
-        ax.set_xlabel("sync period k (weights published every k updates)")
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2))
+    big = a["lags"][-1]
+    for i, algo in enumerate(a["drops"]):
+        for lag, style in ((0, "-"), (big, "--")):
+            c = _cell(a, algo, "lag", lag)
+            means = [100 * s["mean"] for s in c["accuracy_at"]]
+            ax1.plot(c["steps"], means, style, marker="o", color=f"C{i}",
+                     label=f"{algo.upper()}, L = {lag}")
+        d = a["drops"][algo]
+        k0, kb = (_cell(a, algo, "lag", lag)["behaviour_kl"]["mean"] for lag in (0, big))
+        if d["estimate"] is not None and None not in (k0, kb):
+            err = ([[d["estimate"] - d["ci_low"]], [d["ci_high"] - d["estimate"]]]
+                   if d["ci_low"] is not None else None)
+            ax2.plot([k0, kb], [0, d["estimate"]], "-", color=f"C{i}")
+            ax2.errorbar([kb], [d["estimate"]], yerr=err, marker="o", capsize=4, color=f"C{i}",
+                         label=f"{algo.upper()}: L = 0 -> {big}")
+        sync = _cell(a, algo, "async")
+        if sync and sync["behaviour_kl"]["n"]:
+            ax2.axvline(sync["behaviour_kl"]["mean"], color=f"C{i}", ls=":",
+                        label=f"{algo.upper()} async, k = {sync['sync_period']}")
+    ax1.set(xlabel="trainer updates", ylabel="held-out accuracy (%)",
+            title=f"(a) accuracy, mean over seeds ({a['eval_size']} problems)")
+    ax2.axhline(0, color="0.5", lw=1)
+    ax2.set(xlabel="behaviour KL, KL(mu || pi_theta) (nats per response)",
+            ylabel="accuracy lost (points)", title="(b) accuracy lost against staleness in nats")
+    for c in a["claims"]:
+        seeds = list(c["per_seed"])
+        ax3.plot(range(len(seeds)), [100 * v for v in c["per_seed"].values()], "o", color="0.4",
+                 label="per seed")
+        if c["ci_low"] is not None:
+            ax3.errorbar([len(seeds)], [c["estimate"]],
+                         yerr=[[c["estimate"] - c["ci_low"]], [c["ci_high"] - c["estimate"]]],
+                         marker="s", capsize=5, color="C3", label=f"mean, 95% CI: {c['verdict']}")
+        ax3.axhspan(-c["delta"], c["delta"], color="0.9", label=f"+-delta ({c['delta']:.0f} points)")
+        ax3.set_xticks(range(len(seeds) + 1), [str(k) for k in seeds] + ["mean"])
+    ax3.axhline(0, color="0.5", lw=1)
+    ax3.set(xlabel="seed", ylabel="D = TB's drop - GRPO's drop (points)",
+            title="(c) the claim: D < 0 means TB loses less")
+    for ax in (ax1, ax2, ax3):
         ax.grid(alpha=0.3)
-        ax.legend()
-    return save_figure(fig, out, "off_policy.png", "Accuracy gain and staleness against k; mean over seeds, bars "
-                               "from the lowest to the highest seed.")
+        ax.legend(fontsize=7)
+        ax.title.set_fontsize(10)
+    return save_figure(fig, out, "off_policy.png",
+                       "Accuracy over updates per arm; accuracy lost against the behaviour KL "
+                       "(nats) with 95% intervals over seeds; the paired difference D per seed "
+                       "with its interval.")
 
 
 def table(a: dict) -> list[str]:
-    lines = ["| algorithm | k | gain (points) | accuracy after | staleness mean |",
+    lines = ["| loss | arm | accuracy | behaviour KL (nats) | clip fraction |",
              "|---|---|---|---|---|"]
     for c in a["cells"]:
-        lines.append(f"| {c['algo']} | {c['k']} | {rng(c['gain'], points)} | "
-                     f"{rng(c['accuracy_after'])} | "
-                     f"{rng(c['staleness_mean'], lambda v: f'{v:.1f}')} |")
-    return lines
+        arm = f"lag L = {c['lag']}" if c["arm"] == "lag" else f"async, k = {c['sync_period']}"
+        clip = rng(c["clip_fraction"], lambda v: f"{v:.3f}") if c["clip_fraction"]["n"] else "-"
+        lines.append(f"| {c['algo']} | {arm} | {rng(c['accuracy'])} | "
+                     f"{_nats(c['behaviour_kl'])} | {clip} |")
+    return lines + ["", "Accuracy: lag arms, the mean over the evaluations after update 0; "
+                        "async arms, after training. Mean over seeds (min to max)."]

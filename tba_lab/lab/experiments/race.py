@@ -16,6 +16,21 @@ checkpoint and the time to ``target``; a second table gives accuracy at equal tr
 rates are compared per seed as ratios; the goal line says whether (c) is at or above (b) at
 every checkpoint and the fastest leg to the target. Another learning rate or TB's GRPO-style
 normalisations apply to every leg with ``--config``.
+
+The claims, each judged by :data:`~tba_lab.lab.experiments.common.VERDICT_RULE` on per-seed
+differences of legs (c) and (b), which share their seed (:func:`claims`):
+
+* The paper (abstract: decoupled training and search speed post-training up "4x or more" in
+  wall-clock time; Fig. 1: GSM8K, the SFTed RhoMath-1B at 40% before RL, 4 A100 GPUs) says
+  async TBA trains faster than synchronous on-policy training. Estimands: (1) the mean over
+  seeds of (c)'s trainer updates per minute relative to (b)'s, minus 1, in percent; smallest
+  effect of interest 10% (:data:`RATE_DELTA`); (2) the mean over seeds of (c)'s time to
+  ``target`` minus (b)'s, in seconds, predicted negative; smallest effect of interest one
+  evaluation period (``eval_every``), since a crossing interpolated between evaluations that
+  far apart is not resolved more finely. A seed where either leg never reaches the target
+  gives no difference: it is left out, counted, and named in the report.
+* A race written before ``race`` became a preset (``race.json``) is read by
+  :func:`legacy_claims`, which applies :func:`claims` to its stored per-seed legs unchanged.
 """
 from __future__ import annotations
 
@@ -23,9 +38,10 @@ import importlib.util
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, ExperimentError,
-                                            batch_settings, core_overrides, pct, pyplot, rng,
-                                            save_figure, spread, time_to_target, train_run)
+from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, VERDICT_RULE,
+                                            ExperimentError, batch_settings, claim_lines,
+                                            core_overrides, paired, paper_claim, pct, pyplot,
+                                            rng, save_figure, spread, time_to_target, train_run)
 
 NAME = "race"
 TITLE = "The race: async TBA against sync TB, GRPO and TRL at equal wall clock"
@@ -46,6 +62,12 @@ LEGS = {"a": ("sync GRPO", {"algo": "grpo", "async": {"mode": "sync"}}),
 # the ratios of rates reported, with the goal the race was set (async TBA >= 1.2x sync TB's rate)
 RATIOS = (("c", "b", "goal >= 1.2"), ("c", "a", ""), ("a", "e", "goal >= 2"))
 TRL_SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "trl_grpo.py"
+# Smallest effect of interest of a rate (relative): a searcher process costs a core, so a speed-up
+# under 10% is not worth it; the experiments that compare rates (race, scaling) share it.
+RATE_DELTA = 0.10
+# The paper's claim and setting for the race's claims (arXiv 2503.18929, abstract and Fig. 1).
+PAPER_SPEED = ("abstract and Fig. 1: decoupling search from training speeds post-training up "
+               "4x or more in wall-clock time; GSM8K, RhoMath-1B, 4 A100 GPUs")
 
 
 def settings(smoke: bool) -> dict:
@@ -362,6 +384,90 @@ def plot(runs: dict, minutes: float, eval_every: float):
     return fig
 
 
+# ---------------------------------------------------------------- the claims
+def claims(runs: dict, target: float, eval_every: float) -> list[dict]:
+    """The race's claims (module docstring) from legs (c) async TBA and (b) sync TB paired by
+    seed; ``[]`` without both legs.
+
+    Args:
+        runs: ``{seed: {leg: row}}`` (:func:`by_seed`, or a ``race.json``'s ``runs``); a row
+            has ``updates``, ``wall_seconds`` (s) and ``evals`` (rows with ``wall_seconds`` and
+            ``accuracy``).
+        target: the accuracy of the time to target, a fraction.
+        eval_every: seconds between evaluations, the smallest time difference of interest.
+
+    Returns:
+        two :func:`paper_claim` dicts: updates per minute of (c) relative to (b) (percent), and
+        (c)'s time to ``target`` minus (b)'s (seconds; a seed where either never reached it is
+        missing).
+    """
+    legs = {s: by_leg for s, by_leg in runs.items() if "b" in by_leg and "c" in by_leg}
+    if not legs:
+        return []
+    upm = {leg: {s: 60 * r[leg]["updates"] / max(r[leg]["wall_seconds"], 1e-9) if r[leg]["updates"]
+                 else None for s, r in legs.items()} for leg in "bc"}
+    ttt = {leg: {s: time_to_target(r[leg]["evals"], target) for s, r in legs.items()}
+           for leg in "bc"}
+    return [
+        paper_claim("race.updates_per_minute", "Async TBA makes more trainer updates per minute "
+                    "than sync TB", PAPER_SPEED, "mean over seeds of (c) async TBA's updates/min "
+                    "over (b) sync TB's minus 1, same seed, same wall-clock budget",
+                    paired(upm["c"], upm["b"], lambda c, b: c / b - 1), +1, RATE_DELTA,
+                    "% relative to sync TB", scale=100.0),
+        paper_claim("race.time_to_target", f"Async TBA reaches {pct(target, 0)} held-out "
+                    f"accuracy sooner than sync TB", PAPER_SPEED, f"mean over seeds of (c)'s "
+                    f"time to {pct(target, 0)} minus (b)'s, interpolated between evaluations",
+                    paired(ttt["c"], ttt["b"]), -1, float(eval_every), "s", scale=1.0, digits=0,
+                    missing_reason=f"async TBA or sync TB never reached {pct(target, 0)} within "
+                                   f"the budget"),
+    ]
+
+
+LEGACY_FILE = "race.json"  # what the race script wrote before `race` became a preset
+
+
+def legacy_claims(folder: str | Path) -> dict:
+    """The claims of a race stored as ``folder/race.json`` (written before ``race`` became a
+    preset of ``tba-lab experiment``; ``rewrite_report`` cannot read it): its ``runs`` are
+    already ``{seed: {leg: row}}`` with the rows :func:`claims` reads, so they go in unchanged.
+
+    Returns:
+        ``{"source", "header", "settings", "claims"}``.
+
+    Raises:
+        FileNotFoundError: no ``race.json`` in ``folder``.
+    """
+    import json
+
+    data = json.loads((Path(folder) / LEGACY_FILE).read_text())
+    s = data["settings"]
+    return {"source": LEGACY_FILE, "header": data["header"], "settings": s,
+            "claims": claims(data["runs"], s["target"], s["eval_every"])}
+
+
+def write_legacy_claims(folder: str | Path, result: dict | None = None) -> Path:
+    """Write ``claims.json`` and ``claims.md`` into ``folder`` from ``result`` (a
+    :func:`legacy_claims`-shaped dict; default: :func:`legacy_claims` of ``folder``), beside
+    the files they are computed from; returns the path of ``claims.json``. Run again after a
+    change to the claims: ``python -c "from tba_lab.lab.experiments import race;
+    race.write_legacy_claims('docs/results/race')"`` (``race_tasks.write_legacy_claims`` for a
+    task race)."""
+    import json
+
+    folder = Path(folder)
+    result = legacy_claims(folder) if result is None else result
+    data = {**result, "verdict_rule": VERDICT_RULE,
+            "note": f"computed from the per-seed runs stored in {result['source']}; no run "
+                    f"repeated"}
+    (folder / "claims.json").write_text(json.dumps(data, indent=1) + "\n")
+    lines = [f"# The claims of `{result['source']}`", "", result["header"], "",
+             f"Computed from the per-seed runs stored in `{result['source']}` (no run repeated), "
+             f"each leg paired with the other leg of the same seed.", ""]
+    (folder / "claims.md").write_text("\n".join(lines + [f"- {x}" for x in
+                                                        claim_lines(result["claims"])]) + "\n")
+    return folder / "claims.json"
+
+
 # ---------------------------------------------------------------- the experiment's hooks
 def by_seed(runs: list[dict]) -> dict:
     """``{seed: {leg: row}}`` from ``results.json``'s run rows, in run order."""
@@ -379,11 +485,13 @@ def analyse(runs: list[dict], s: dict) -> dict:
     agg = aggregate(legs, ticks, s["target"])
     return {"runs": legs, "minutes": s["minutes"], "eval_every": s["eval_every"],
             "target": s["target"], "checkpoints": ticks, "legs": agg,
-            "ratios": ratio_numbers(legs), "goal": goal(agg, ticks)}
+            "ratios": ratio_numbers(legs), "goal": goal(agg, ticks),
+            "claims": claims(legs, s["target"], s["eval_every"])}
 
 
 def readings(a: dict) -> list[str]:
-    """Accuracy at the end and time to target per leg, the ratios of rates, and the goal."""
+    """Accuracy at the end and time to target per leg, the ratios of rates, the claims with
+    their intervals and verdicts (:func:`claim_lines`), and the goal."""
     agg, target = a["legs"], a["target"]
     sec = lambda v: f"{v:.0f} s"  # noqa: E731
     out = [f"Held-out accuracy at the end of the {a['minutes']:g}-min budget: " + "; ".join(
@@ -393,6 +501,7 @@ def readings(a: dict) -> list[str]:
         f"of {x['seeds']} seeds" if x["time_to_target"]["n"] else f"({leg}) not reached"
         for leg, x in agg.items()) + ".")
     out += ratios(a["runs"]).splitlines()
+    out += claim_lines(a.get("claims", []))
     return out + [goal_line(a["goal"], agg, target)]
 
 

@@ -17,6 +17,21 @@ training, every ``eval_every`` seconds and at the end. The table gives per leg t
 headline metric (win rate, attack success) before, interpolated at each checkpoint and at the
 end, and its trade-off metric (perplexity under the SFT model, attack diversity) before and at
 the end; the figure draws the headline over time and the trade-off plane.
+
+The claims, each judged by :data:`~tba_lab.lab.experiments.common.VERDICT_RULE` on per-seed
+differences of TB's leg (c) and each baseline leg of the same seed (:func:`claims`,
+:data:`CLAIMS`):
+
+* preference (Sec. 5, Fig. 3: TL;DR summarisation, TB reaches a higher win rate at a given
+  perplexity than the baselines): the mean over seeds of (c)'s held-out win rate at the end
+  minus the baseline's, predicted positive; smallest effect of interest 3 points, about the
+  standard error of one win rate on 200 prompts (3.2 points at 30%).
+* red-teaming (Sec. 5, Table 6: TB's attacks stay diverse at high attack success, where
+  reward maximisers collapse): the mean over seeds of (c)'s attack diversity at the end minus
+  the baseline's, predicted positive; smallest effect of interest 0.03, about a tenth of the
+  embedded starting attacker's diversity (0.29).
+* A race written before the presets (``task_race.json``) is read by :func:`legacy_claims`,
+  which applies :func:`claims` to its stored per-seed legs unchanged.
 """
 from __future__ import annotations
 
@@ -26,6 +41,7 @@ from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, ExperimentError,
                                             batch_settings, core_overrides, pyplot, save_figure,
                                             spread)
+from tba_lab.lab.experiments.common import claim_lines, paired, paper_claim
 from tba_lab.lab.experiments.race import _cell, accuracy_at, checkpoints
 
 NAME = "race_tasks"
@@ -50,6 +66,15 @@ LEGS = {"c": ("async TBA", {"algo": "tb", "async": {"mode": "async"}}),
         "g": ("async online DPO", {"algo": "online_dpo", "async": {"mode": "async"}}),
         "c2": ("async TBA, 2 searchers", {"algo": "tb", "async": {"mode": "async", "num_searchers": 2}}),
         "c3": ("async TBA, 3 searchers", {"algo": "tb", "async": {"mode": "async", "num_searchers": 3}})}
+# task -> (the metric TB's claim is about, its smallest effect of interest (module docstring),
+# unit, scale, decimals, the paper's claim and setting)
+CLAIMS = {"preference": ("win_rate", 0.03, "points", 100.0, 1,
+                         "Sec. 5, Fig. 3: on TL;DR preference tuning TB reaches a higher win rate "
+                         "at a given perplexity than the baselines"),
+          "redteam": ("diversity", 0.03, "diversity", 1.0, 3,
+                      "Sec. 5, Table 6: on automated red-teaming TB's attacks stay diverse at "
+                      "high attack success, where reward maximisers collapse")}
+TB_LEGS = ("c", "c2", "c3")  # the legs that train with TB; the others are the baselines
 # the presets (``tba-lab experiment NAME``): their task and legs, those of docs/results/NAME/
 PRESETS = {"race_preference": {"task": "preference", "legs": ["c", "d", "g"]},
            "race_redteam": {"task": "redteam", "legs": ["c", "d", "g", "c2", "c3"]}}
@@ -216,6 +241,65 @@ def plot(runs: dict, task: str, minutes: float, eval_every: float):
     return fig
 
 
+# ---------------------------------------------------------------- the claims
+def claims(runs: dict, task: str) -> list[dict]:
+    """TB's claim on ``task`` (:data:`CLAIMS`), one per baseline leg present: (c) async TBA's
+    metric at the end minus the baseline's, paired by seed; ``[]`` without leg (c).
+
+    Args:
+        runs: ``{seed: {leg: row}}`` (as :func:`analyse` builds, or a ``task_race.json``'s
+            ``runs``); a row's ``after`` holds the held-out metrics at the end.
+        task: "preference" or "redteam".
+
+    Raises:
+        ExperimentError: a task without a trade-off (:func:`metrics_of`).
+    """
+    metrics_of(task)
+    metric, delta, unit, scale, digits, paper = CLAIMS[task]
+    end = {leg: {seed: by_leg[leg]["after"].get(metric) for seed, by_leg in runs.items()
+                 if leg in by_leg} for leg in LEGS}
+    if not end["c"]:
+        return []
+    out = []
+    for leg in [leg for leg in LEGS if leg not in TB_LEGS and end[leg]]:
+        name = LEGS[leg][0]
+        out.append(paper_claim(
+            f"{task}.{metric}.c-{leg}", f"TB's {metric} at the end is above {name}'s", paper,
+            f"mean over seeds of (c) async TBA's held-out {metric} at the end of the budget minus "
+            f"({leg}) {name}'s, same seed", paired(end["c"], end[leg]), +1, delta, unit,
+            scale, digits, missing_reason=f"a leg has no {metric} at the end"))
+    return out
+
+
+LEGACY_FILE = "task_race.json"  # what the task-race script wrote before the presets
+
+
+def legacy_claims(folder: str | Path) -> dict:
+    """The claims of a task race stored as ``folder/task_race.json`` (written before the
+    presets; ``rewrite_report`` cannot read it): its ``runs`` are already ``{seed: {leg:
+    row}}`` with the ``after`` metrics :func:`claims` reads, so they go in unchanged.
+
+    Returns:
+        ``{"source", "header", "settings", "claims"}``.
+
+    Raises:
+        FileNotFoundError: no ``task_race.json`` in ``folder``.
+    """
+    import json
+
+    data = json.loads((Path(folder) / LEGACY_FILE).read_text())
+    return {"source": LEGACY_FILE, "header": data["header"], "settings": data["settings"],
+            "claims": claims(data["runs"], data["settings"]["task"])}
+
+
+def write_legacy_claims(folder: str | Path) -> Path:
+    """``claims.json`` and ``claims.md`` of ``folder/task_race.json`` (:func:`legacy_claims`),
+    written by :func:`tba_lab.lab.experiments.race.write_legacy_claims`."""
+    from tba_lab.lab.experiments import race
+
+    return race.write_legacy_claims(folder, legacy_claims(folder))
+
+
 # ---------------------------------------------------------------- the experiment's hooks
 def analyse(runs: list[dict], s: dict) -> dict:
     keys = ("updates_per_minute", "samples_per_minute", "staleness_mean", "evals", "before", "after")
@@ -223,11 +307,13 @@ def analyse(runs: list[dict], s: dict) -> dict:
     for r in runs:
         legs.setdefault(r["seed"], {})[r["variant"]] = {k: r[k] for k in keys}
     return {"runs": legs, "task": s["task"], "minutes": s["minutes"], "eval_every": s["eval_every"],
-            "legs": aggregate(legs, s["task"], checkpoints(s["minutes"], s["eval_every"]))}
+            "legs": aggregate(legs, s["task"], checkpoints(s["minutes"], s["eval_every"])),
+            "claims": claims(legs, s["task"])}
 
 
 def readings(a: dict) -> list[str]:
-    return trade_off_readings(a["runs"], a["task"])
+    """Each leg's headline and trade-off, then TB's claims with their intervals and verdicts."""
+    return trade_off_readings(a["runs"], a["task"]) + claim_lines(a.get("claims", []))
 
 
 def table(a: dict) -> list[str]:

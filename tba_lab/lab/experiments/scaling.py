@@ -10,6 +10,16 @@ simulator's prediction (:func:`tba_lab.lab.simulate.simulate_run`) from the dura
 in the same seed's 1-searcher run. On a CPU machine every searcher takes a core from the
 trainer, so expect a cap: n + 1 busy processes share the cores the run may use
 (:func:`~tba_lab.actors.placement.available_cores`: the affinity mask under any CPU quota).
+
+The claims, each judged by :data:`~tba_lab.lab.experiments.common.VERDICT_RULE` on per-seed
+differences of the n-searcher run and the same seed's run with the fewest searchers (1 by
+default), for every larger n (:func:`claims`); the paper's claim and setting: abstract and
+Sec. 4, searchers on GPUs of their own scale data generation and speed post-training up. The
+estimands: the mean over seeds of the n-searcher run's trainer updates per minute, and of its
+samples generated per minute, relative to the 1-searcher run's, minus 1, in percent (relative,
+so that a busier hour, which slows both runs of a seed, cancels); predicted positive; smallest
+effect of interest 10% (:data:`tba_lab.lab.experiments.race.RATE_DELTA`: a searcher costs a
+core, and a smaller speed-up is not worth it).
 """
 from __future__ import annotations
 
@@ -21,6 +31,8 @@ from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (PAPER, basic_numbers, batch_settings,
                                             core_overrides, errorbar, pct, pyplot, rng, spread,
                                             time_to_target, trend, save_figure)
+from tba_lab.lab.experiments.common import claim_lines, paired, paper_claim
+from tba_lab.lab.experiments.race import RATE_DELTA
 
 NAME = "scaling"
 TITLE = "Searcher scaling: wall-clock time to a target accuracy"
@@ -35,6 +47,8 @@ DEPARTURES = [
     "The simulator models neither those pauses nor other programs on the machine; its "
     "prediction uses the medians of the 1-searcher run's per-batch and per-update durations.",
 ]
+PAPER_SEARCHERS = ("abstract and Sec. 4: searchers on GPUs of their own scale data generation "
+                   "and speed post-training up")
 
 
 def settings(smoke: bool) -> dict:
@@ -100,7 +114,34 @@ def analyse(runs: list[dict], s: dict) -> dict:
     curves = [{"n": r["searchers"], "seed": r["seed"], "evals": r["evals"]} for r in runs]
     return {"cells": cells, "curves": curves, "target": s["target"], "cores": available_cores(),
             "eval_every": s["eval_every"], "eval_size": s["eval_size"],
-            "train_seconds": s["train_seconds"]}
+            "train_seconds": s["train_seconds"], "claims": claims(runs, s)}
+
+
+def claims(runs: list[dict], s: dict) -> list[dict]:
+    """The claims of the module docstring from ``runs`` (results.json's rows: ``seed``,
+    ``searchers``, ``updates_per_minute``, ``samples_per_minute``): for each n above the
+    fewest, two claims, updates and samples per minute relative to the fewest, paired by seed;
+    ``[]`` with one count. A seed whose base run made no update or sample gives no ratio."""
+    ns = sorted(s["searchers"])
+    if len(ns) < 2:
+        return []
+
+    def rate(n, key):
+        return {r["seed"]: r.get(key) for r in runs if r["searchers"] == n}
+
+    out = []
+    for n in ns[1:]:
+        for key, what in (("updates_per_minute", "trainer updates"),
+                          ("samples_per_minute", "samples generated")):
+            base = {k: v or None for k, v in rate(ns[0], key).items()}  # 0 -> no ratio
+            out.append(paper_claim(
+                f"scaling.{key}.n{n}", f"{n} searchers make more {what} per minute than {ns[0]}",
+                PAPER_SEARCHERS, f"mean over seeds of the {n}-searcher run's {what} per minute "
+                f"over the {ns[0]}-searcher run's minus 1, same seed, same wall-clock budget",
+                paired(rate(n, key), base, lambda a, b: a / b - 1), +1, RATE_DELTA,
+                f"% relative to {ns[0]} searcher{'s' if ns[0] > 1 else ''}", scale=100.0,
+                missing_reason="a run is missing, or the one with fewer searchers made none"))
+    return out
 
 
 def readings(a: dict) -> list[str]:
@@ -160,7 +201,7 @@ def readings(a: dict) -> list[str]:
         out.append(f"With {cores} cores, n + 1 busy processes exceed the cores from n = "
                    f"{crowded[0]} on, where processor sharing slows every process by "
                    f"(n + 1) / {cores}: the cap the paper avoids with a GPU per searcher.")
-    return out
+    return out + claim_lines(a.get("claims", []))
 
 
 def figures(a: dict, out: Path) -> list[tuple[str, str]]:
