@@ -103,7 +103,7 @@ def test_off_policy_claim_is_the_paired_difference_of_drops(tb15, grpo15, d_poin
     s = experiment_settings("off_policy")
     a = off_policy.analyse(runs, s)
     (c,) = a["claims"]
-    assert [round(100 * v, 6) for v in c["per_seed"].values()] == d_points
+    assert [round(v, 6) for v in c["diffs"].values()] == d_points
     mean, sd = statistics.mean(d_points), statistics.stdev(d_points)
     half = 2.776445 * sd / 5 ** 0.5
     assert c["estimate"] == pytest.approx(mean, abs=1e-6)
@@ -114,19 +114,25 @@ def test_off_policy_claim_is_the_paired_difference_of_drops(tb15, grpo15, d_poin
     assert c["verdict"] == verdict and c["delta"] == 3.0
     text = " ".join(off_policy.readings(a))
     assert f"**{verdict}**" in text and "behaviour KL per response" in text
-    assert f"D = TB's drop - GRPO's drop at L = 15: {mean:+.1f} points" in text
+    assert "TB loses less accuracy than GRPO on rollouts 15 updates stale (paper: Table 1" in text
+    assert f"D = TB's drop - GRPO's drop from L = 0 to L = 15, per seed): {mean:+.1f} points" in text
 
 
 def test_claim_test_rule_at_its_edges():
-    """One seed gives no interval; a non-finite difference or a bad direction is refused."""
+    """One seed gives no interval; a claim of no change (direction 0) is supported inside
+    +-delta and falsified outside; a non-finite difference or a bad direction is refused."""
     from tba_lab.lab.experiments.common import claim_test
+
+    assert claim_test("c", [0.01, -0.01, 0.0, 0.005], 0, 0.03)["verdict"] == "supported"
+    assert claim_test("c", [0.05, 0.06, 0.07], 0, 0.03)["verdict"] == "falsified"
+    assert claim_test("c", [-0.05, 0.06, 0.0], 0, 0.03)["verdict"] == "inconclusive"
 
     one = claim_test("c", [0.05], 1, 0.03, scale=100)
     assert (one["estimate"], one["ci_low"], one["verdict"]) == (5.0, None, "inconclusive")
     missing = claim_test("c", [0.05, None, 0.07], 1, 0.03, scale=100)
     assert (missing["n"], missing["missing"], missing["estimate"]) == (2, 1, pytest.approx(6.0))
     assert claim_test("c", [0.04, 0.05, 0.06], 1, 0.03)["verdict"] == "supported"
-    for bad in (dict(diffs=[float("nan"), 0.1]), dict(direction=0), dict(delta=0.0)):
+    for bad in (dict(diffs=[float("nan"), 0.1]), dict(direction=2), dict(delta=0.0)):
         with pytest.raises(ValueError):
             claim_test(**{"claim": "c", "diffs": [0.1, 0.2], "direction": 1, "delta": 0.03, **bad})
 
@@ -149,7 +155,7 @@ def test_report_only_rewrites_the_readings_from_the_stored_runs(tmp_path, capsys
            "seconds": 61.0, "runs": runs, "analysis": {}, "readings": ["an old reading"]}
     (out / "results.json").write_text(json.dumps(old))  # written before --config existed
     assert cli.main(["experiment", "off_policy", "--report-only", "--output-dir", str(tmp_path)]) == 0
-    said = "D = TB's drop - GRPO's drop at L = 15: -5.0 points"
+    said = "D = TB's drop - GRPO's drop from L = 0 to L = 15, per seed): -5.0 points"
     assert said in capsys.readouterr().out
     data = json.loads((out / "results.json").read_text())
     assert data["started"] == old["started"] and data["runs"] == runs and data["config"] == {}
@@ -499,7 +505,14 @@ def test_default_runs_other_then_this_per_seed_and_compares_them(tmp_path, monke
     assert r["readings"][1].startswith("`this` (2 seed(s)): accuracy after training 49.0% "
                                        "(48.6% to 49.4%), a gain of +14.4 (+14.0 to +14.8) points")
     assert r["readings"][2] == (f"Against `{tmp_path / 'old'}`, this checkout raises the update "
-                                f"rate (119 -> 120): within noise (the seed ranges overlap).")
+                                f"rate (119 -> 120).")
+    # claims of no change, by the rule: the gains are equal (0 +- 0 points), the rates 1.13%
+    # apart (+1.16% and +1.11%): both intervals lie within the deltas of 3 points and 10%
+    gain, rate = r["analysis"]["claims"]
+    assert (gain["estimate"], gain["verdict"], gain["direction"]) == (0.0, "supported", 0)
+    assert rate["estimate"] == pytest.approx(100 * (122.4 / 121 + 118.3 / 117 - 2) / 2)
+    assert rate["verdict"] == "supported" and rate["ci_high"] < 10
+    assert any("**supported**" in line for line in r["readings"])
     assert (tmp_path / "out" / "default" / "default.png").stat().st_size > 1000
 
 
@@ -519,7 +532,9 @@ def test_full_settings_and_the_seed_major_plan():
                 from_dict(overrides)
     assert [v for v, _ in race_tasks.variants(default_settings("race_redteam"))] == [
         "c", "d", "g", "c2", "c3"]  # the legs of docs/results/race_redteam/
-    assert beta.settings(False)["beta_default"] == from_dict({}).tb.beta
+    from tba_lab.algorithms import TBConfig
+
+    assert beta.settings(False)["beta_default"] == TBConfig().beta  # the kit-wide default
 
 
 # ------------------------------------------------------------------------- the real thing

@@ -167,7 +167,8 @@ def draw_claims(claims: list[dict], path):
     """A forest plot of ``claims`` (as :func:`print_claims`) saved to ``path`` (PNG), which it
     returns: per claim the estimate and its 95% interval in units of its smallest effect of
     interest delta, signed so that the side the paper predicts is to the right (``direction``
-    x estimate / delta), coloured by verdict; 0 and +-1 marked. A claim without an interval
+    x estimate / delta; a claim of no change, direction 0, as measured), coloured by verdict;
+    0 and +-1 marked. A claim without an interval
     (fewer than two seeds) is a lone dot."""
     import matplotlib.pyplot as plt
 
@@ -175,7 +176,7 @@ def draw_claims(claims: list[dict], path):
     ax.axvspan(-1, 1, color="0.92", label="within +-delta")
     ax.axvline(0, color="k", lw=1)
     for i, c in enumerate(reversed(claims)):
-        k = c.get("direction", 1) / c["delta"]
+        k = (c.get("direction", 1) or 1) / c["delta"]  # a claim of no change (0): as measured
         colour = VERDICT_COLOURS.get(c["verdict"], "k")
         if c["ci_low"] is not None:
             lo, hi = sorted((k * c["ci_low"], k * c["ci_high"]))

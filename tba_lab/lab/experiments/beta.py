@@ -31,7 +31,7 @@ from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SE
                                             batch_settings, change,
                                             core_overrides, errorbar, load_run_policy,
                                             one_thread, pct, pyplot, rng, separated, spread, save_figure)
-from tba_lab.lab.experiments.common import claim_lines, paired, paper_claim
+from tba_lab.lab.experiments.common import GAIN_DELTA, claim_lines, paired, paper_claim
 
 NAME = "beta"
 TITLE = "KL coefficient beta: constant or annealed (TB)"
@@ -48,7 +48,6 @@ DEPARTURES = [
 PAPER_BETA = ("Eq. 2, the TB target pi_ref exp(r/beta) moves from the reference as beta falls; "
               "Sec. 4 anneals beta down on GSM8K to trust the reward more later")
 KL_DELTA = 0.05  # nats per response: one KL estimate's standard error (module docstring)
-ACCURACY_DELTA = 0.03  # 3 points: one 200-problem evaluation's standard error
 
 
 # ------------------------------------------------------------------------------- the estimate
@@ -185,7 +184,7 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
                     f"minus at beta {b0}, same seed, equal updates",
                     paired(per_seed("const_small", "accuracy_after"),
                            per_seed("const_default", "accuracy_after")),
-                    +1, ACCURACY_DELTA, "points", scale=100.0),
+                    +1, GAIN_DELTA, "points", scale=100.0),
     ]
 
 

@@ -32,7 +32,7 @@ from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SE
                                             binomial_se_points, core_overrides, errorbar,
                                             load_run_policy, one_thread, pct, pyplot, rng,
                                             separated, spread, trend, save_figure)
-from tba_lab.lab.experiments.common import claim_lines, paired, paper_claim
+from tba_lab.lab.experiments.common import GAIN_DELTA, claim_lines, paired, paper_claim
 
 NAME = "buffer"
 TITLE = "Replay-buffer sampling: recency m and reward prioritisation inv_temp"
@@ -48,7 +48,6 @@ DEPARTURES = [
 ]
 PAPER_SAMPLING = ("abstract and Sec. 3-4: reward- and recency-prioritising buffer sampling enable "
                   "further gains as data generation is scaled; many searchers, GSM8K and MATH")
-ACCURACY_DELTA = 0.03  # 3 points: one 200-problem evaluation's standard error (module docstring)
 
 
 def settings(smoke: bool) -> dict:
@@ -141,13 +140,13 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
             f"accuracy over uniform sampling (m = {ms[0]:g})", PAPER_SAMPLING,
             f"mean over seeds of the accuracy at m = {ms[-1]:g} minus at m = {ms[0]:g}, inv_temp "
             f"0, same seed, equal updates", paired(accuracy(ms[-1], 0.0), accuracy(ms[0], 0.0)),
-            +1, ACCURACY_DELTA, "points", scale=100.0))
+            +1, GAIN_DELTA, "points", scale=100.0))
     for m in [m for m in s["inv_temp_at"] if m in ms]:
         out.append(paper_claim(
             f"buffer.reward_m{m:g}", f"Reward-prioritised sampling (inv_temp 1) raises held-out "
             f"accuracy over inv_temp 0 at m = {m:g}", PAPER_SAMPLING, f"mean over seeds of the "
             f"accuracy at inv_temp 1 minus at inv_temp 0, m = {m:g}, same seed, equal updates",
-            paired(accuracy(m, 1.0), accuracy(m, 0.0)), +1, ACCURACY_DELTA, "points", scale=100.0))
+            paired(accuracy(m, 1.0), accuracy(m, 0.0)), +1, GAIN_DELTA, "points", scale=100.0))
     return out
 
 

@@ -76,12 +76,20 @@ def binomial_se_points(p: float, n: int) -> float:
     return 100.0 * math.sqrt(max(p * (1.0 - p), 0.0) / max(n, 1))
 
 
+# Smallest effects of interest shared by the experiments: 3 points of accuracy (about one
+# 200-problem evaluation's standard error, and the smallest loss of a baseline in TBA's Table 1);
+# 10% of a rate (a searcher process costs a core, so a smaller speed-up is not worth one).
+GAIN_DELTA = 0.03
+RATE_DELTA = 0.10
 VERDICT_RULE = (
     "Verdict rule, fixed before the numbers: the estimate is the mean over seeds of the paired "
     "per-seed difference, with a 95% t-interval over seeds. *supported*: the interval lies wholly "
     "on the side of 0 the claim predicts; *falsified*: it lies wholly on the other side, or "
     "wholly within +-delta (any effect is smaller than the smallest effect of interest, delta); "
-    "*inconclusive*: anything else, or fewer than two seeds. The minimal detectable effect is "
+    "*inconclusive*: anything else, or fewer than two seeds. A claim of no change (a checkout "
+    "or a one-file copy that should learn as the library does) is *supported* when the "
+    "interval lies wholly within +-delta, *falsified* when it lies wholly outside it. The "
+    "minimal detectable effect is "
     "the true effect this many seeds would find with 80% power in a two-sided 5% test: "
     "(t(0.975, n-1) + t(0.8, n-1)) x SD / sqrt(n).")
 
@@ -95,7 +103,8 @@ def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "poi
         diffs: per-seed differences (treatment minus control, paired by seed), in the metric's
             own units (accuracy: a fraction); None entries (e.g. a target never reached) are
             left out and counted.
-        direction: +1 if the claim predicts a positive difference, -1 a negative one.
+        direction: +1 if the claim predicts a positive difference, -1 a negative one, 0 no
+            difference as large as ``delta`` (equivalence).
         delta: the smallest effect of interest, > 0, in the units of ``diffs``.
         unit: how the estimate is read, for the report ("points", "updates/min", ...).
         scale: the estimate and interval are multiplied by this (100 turns fractions into
@@ -109,12 +118,13 @@ def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "poi
         one-sample t-test on paired differences (Student 1908; scipy.stats.t).
 
     Raises:
-        ValueError: ``direction`` not +1 or -1, ``delta`` not > 0, or a non-finite difference.
+        ValueError: ``direction`` not +1, -1 or 0, ``delta`` not > 0, or a non-finite difference.
     """
     from scipy import stats
 
-    if direction not in (1, -1):
-        raise ValueError(f"direction={direction}: give +1 (claim predicts a rise) or -1 (a fall)")
+    if direction not in (1, -1, 0):
+        raise ValueError(f"direction={direction}: give +1 (claim predicts a rise), -1 (a fall) "
+                         f"or 0 (no change larger than delta)")
     if not delta > 0:
         raise ValueError(f"delta={delta}: the smallest effect of interest must be > 0")
     values = list(diffs)
@@ -134,7 +144,10 @@ def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "poi
     half = float(stats.t.ppf(0.975, n - 1)) * se
     lo, hi = mean - half, mean + half
     mde = (float(stats.t.ppf(0.975, n - 1)) + float(stats.t.ppf(0.8, n - 1))) * se
-    if (lo > 0 and direction > 0) or (hi < 0 and direction < 0):
+    if direction == 0:  # a claim of no change: an equivalence margin of +-delta
+        verdict = ("supported" if -delta < lo and hi < delta else
+                   "falsified" if lo >= delta or hi <= -delta else "inconclusive")
+    elif (lo > 0 and direction > 0) or (hi < 0 and direction < 0):
         verdict = "supported"
     elif (hi < 0 and direction > 0) or (lo > 0 and direction < 0) or (-delta < lo and hi < delta):
         verdict = "falsified"

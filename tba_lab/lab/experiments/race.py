@@ -38,10 +38,11 @@ import importlib.util
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, VERDICT_RULE,
-                                            ExperimentError, batch_settings, claim_lines,
-                                            core_overrides, paired, paper_claim, pct, pyplot,
-                                            rng, save_figure, spread, time_to_target, train_run)
+from tba_lab.lab.experiments.common import (PAPER, RATE_DELTA, RUN_OVERHEAD_SECONDS,
+                                            VERDICT_RULE, ExperimentError, batch_settings,
+                                            claim_lines, core_overrides, paired, paper_claim, pct,
+                                            pyplot, rng, save_figure, spread, time_to_target,
+                                            train_run)
 
 NAME = "race"
 TITLE = "The race: async TBA against sync TB, GRPO and TRL at equal wall clock"
@@ -62,9 +63,6 @@ LEGS = {"a": ("sync GRPO", {"algo": "grpo", "async": {"mode": "sync"}}),
 # the ratios of rates reported, with the goal the race was set (async TBA >= 1.2x sync TB's rate)
 RATIOS = (("c", "b", "goal >= 1.2"), ("c", "a", ""), ("a", "e", "goal >= 2"))
 TRL_SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "trl_grpo.py"
-# Smallest effect of interest of a rate (relative): a searcher process costs a core, so a speed-up
-# under 10% is not worth it; the experiments that compare rates (race, scaling) share it.
-RATE_DELTA = 0.10
 # The paper's claim and setting for the race's claims (arXiv 2503.18929, abstract and Fig. 1).
 PAPER_SPEED = ("abstract and Fig. 1: decoupling search from training speeds post-training up "
                "4x or more in wall-clock time; GSM8K, RhoMath-1B, 4 A100 GPUs")

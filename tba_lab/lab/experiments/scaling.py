@@ -18,7 +18,7 @@ Sec. 4, searchers on GPUs of their own scale data generation and speed post-trai
 estimands: the mean over seeds of the n-searcher run's trainer updates per minute, and of its
 samples generated per minute, relative to the 1-searcher run's, minus 1, in percent (relative,
 so that a busier hour, which slows both runs of a seed, cancels); predicted positive; smallest
-effect of interest 10% (:data:`tba_lab.lab.experiments.race.RATE_DELTA`: a searcher costs a
+effect of interest 10% (:data:`tba_lab.lab.experiments.common.RATE_DELTA`: a searcher costs a
 core, and a smaller speed-up is not worth it).
 """
 from __future__ import annotations
@@ -31,8 +31,7 @@ from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (PAPER, basic_numbers, batch_settings,
                                             core_overrides, errorbar, pct, pyplot, rng, spread,
                                             time_to_target, trend, save_figure)
-from tba_lab.lab.experiments.common import claim_lines, paired, paper_claim
-from tba_lab.lab.experiments.race import RATE_DELTA
+from tba_lab.lab.experiments.common import RATE_DELTA, claim_lines, paired, paper_claim
 
 NAME = "scaling"
 TITLE = "Searcher scaling: wall-clock time to a target accuracy"
