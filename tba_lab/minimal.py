@@ -58,8 +58,8 @@ class Settings:
     sync_period: int = 1                # k: publish the weights every k updates
     num_prompts_per_step: int = 16      # B: prompts per update (and per searcher batch)
     num_generations: int = 8            # K: responses per prompt (VarGrad needs K >= 2)
-    beta: float = 0.1                   # KL coefficient: target pi_ref * exp(r / beta) (Eq. 2)
-    learning_rate: float = 5e-5         # AdamW peak; decays linearly to 0 over the budget
+    beta: float = 0.03                  # KL coefficient: target pi_ref * exp(r / beta) (Eq. 2)
+    learning_rate: float = 2.5e-5       # AdamW peak, decayed linearly to 0 (both: docs/results/tune/)
     max_grad_norm: float = 1.0          # gradient clipping
     temperature: float = 0.6            # sampling temperature (log-probs use the same)
     max_new_tokens: int = 40            # response length cap, tokens

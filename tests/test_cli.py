@@ -135,7 +135,7 @@ def test_task_flag_picks_the_tasks_embedded_model_and_sft_dispatches(tmp_path, c
         seen.clear()
         assert cli.main(["train", "--task", task, "--output-dir", str(tmp_path / task)]) == 0
         assert seen["cfg"].model.path == str(want) and seen["cfg"].task.name == task
-        assert seen["cfg"].tb.beta == {"redteam": 0.5, "arithmetic": 0.1}[task]  # config_defaults
+        assert seen["cfg"].tb.beta == {"redteam": 0.5, "arithmetic": 0.03}[task]  # config_defaults
     seen.clear()  # an explicit --model wins
     assert cli.main(["train", "--task", "redteam", "--model", str(DEFAULT_MODEL_DIR),
                      "--output-dir", str(tmp_path / "explicit")]) == 0

@@ -17,7 +17,10 @@ def test_defaults_validate():
     assert cfg.task.name == "arithmetic" and cfg.task.train_path == ""  # "" = the task's default
     from tba_lab.tasks import make_task
     assert make_task(cfg).source("train") == str(DEFAULT_TASK_DIR / "train.jsonl")
-    assert from_dict({}) == validate(RunConfig())  # empty YAML == defaults
+    # empty YAML == the defaults, with the default task's config_defaults (arithmetic's tuned
+    # learning rate and beta, docs/results/tune/) over the kit-wide ones
+    assert (from_dict({}).training.learning_rate, from_dict({}).tb.beta) == (2.5e-5, 0.03)
+    assert from_dict({"training": {"learning_rate": 5e-5}, "tb": {"beta": 0.1}}) == validate(RunConfig())
     assert RunConfig().model.path == ""  # "" = the task's embedded model, filled in by validate
 
 
@@ -52,7 +55,7 @@ async:
     assert cfg.buffer.recency_prob == 0.25 and cfg.buffer.inv_temp == 2.0
     assert cfg.async_.num_searchers == 2 and cfg.async_.sync_period == 3
     # untouched fields keep their defaults
-    assert cfg.training.learning_rate == RunConfig().training.learning_rate
+    assert cfg.training.learning_rate == from_dict({}).training.learning_rate
     assert cfg.buffer.capacity_per_prompt == RunConfig().buffer.capacity_per_prompt
 
     # dump (as the trainer writes config.yaml: "async" spelled without the underscore) and reload
@@ -218,7 +221,7 @@ def test_task_config_defaults_sit_under_the_users_values():
     assert from_dict({"task": {"name": "redteam"}}).tb.beta == 0.5
     assert from_dict({"task": {"name": "redteam"}, "tb": {"beta": 0.1}}).tb.beta == 0.1
     assert from_dict({"task": {"name": "redteam"}, "tb": {"beta_final": 0.2}}).tb.beta == 0.5
-    assert from_dict({}).tb.beta == 0.1 and from_dict({"task": {"name": "preference"}}).tb.beta == 0.1
+    assert from_dict({}).tb.beta == 0.03 and from_dict({"task": {"name": "preference"}}).tb.beta == 0.1
     assert short_run("/tmp/x", 10, {"task": {"name": "redteam"}}).tb.beta == 0.5
     with pytest.raises(ConfigError, match="task.name"):  # an unknown task still named
         from_dict({"task": {"name": "nope"}})

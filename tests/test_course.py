@@ -258,12 +258,13 @@ SETTING, ARITHMETIC, CITED = "setting", "arithmetic on stated settings", "cited,
 ALLOWED_NUMBERS = {
     "01_on_policy_grpo": {
         "0.0": SETTING, "1.0": SETTING, "0.2": SETTING, "0.6": SETTING, "1e-4": SETTING,
-        "5e-5": SETTING, "0.35": SETTING,
+        "5e-5": SETTING, "2.5e-5": SETTING, "0.35": SETTING,
         "about 0": ARITHMETIC, "roughly 0.04": ARITHMETIC, "about 2 points": ARITHMETIC,
         "about 7 points": ARITHMETIC, "34.6%": CITED, "about 140 s": CITED, "about 15 s": CITED},
     "02_trajectory_balance": {
         "0.005": SETTING, "0.05": SETTING, "0.2": SETTING, "0.5": SETTING, "0.1": SETTING,
-        "0.01": SETTING, "about 30 s": CITED, "about 10 s": CITED},
+        "0.01": SETTING, "0.03": SETTING, "2.5e-5": SETTING, "about 33": ARITHMETIC,
+        "about 30 s": CITED, "about 10 s": CITED},
     "03_replay_buffer": {
         "0.0": SETTING, "1.0": SETTING, "0.1": SETTING, "0.5": SETTING, "0.8": SETTING,
         "0.9": SETTING, "±2": SETTING, "4.5": SETTING, "0.46": ARITHMETIC, "≈ 0.32": ARITHMETIC,
@@ -271,6 +272,7 @@ ALLOWED_NUMBERS = {
     "04_async_searchers": {
         "0 s": SETTING, "0.8": SETTING, "40 s": SETTING, "70 s": SETTING, "0.6": SETTING,
         "1.0": SETTING, "0.1": SETTING, "5e-5": SETTING, "1e-4": CITED, "3e-5": CITED,
+        "0.03": SETTING, "2.5e-5": SETTING, "39.6%": CITED, "34.7%": CITED,
         "about 3 minutes": ARITHMETIC, "about 100%": ARITHMETIC, "200%": ARITHMETIC,
         "about 2 points": ARITHMETIC, "about 10": ARITHMETIC, "10 points": CITED,
         "about 5 minutes": CITED},

@@ -410,6 +410,11 @@ def test_searchers_and_set_flags_set_the_settings(tmp_path, capsys, monkeypatch)
     s = experiment_settings("default", settings={"other": "HEAD", "report_to": "tensorboard"})
     assert [(v, o.get("report_to")) for v, o in default.variants(s)] == [
         ("other", None), ("this", ["tensorboard"])]  # the other checkout may predate report_to
+    head = subprocess.run(["git", "-C", str(default.HERE), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert s["other"] == head  # resolved once: a commit made during the runs changes nothing
+    with pytest.raises(ExperimentError, match="not a folder and not a commit"):
+        default.variants(experiment_settings("default", settings={"other": "no-such-commit"}))
     seen.clear()
     for args, said in ((["--set", "minutes=abc"], "minutes takes a float"),
                        (["--set", "minutes"], "write KEY=VALUE"),

@@ -27,9 +27,9 @@ import tempfile
 from pathlib import Path
 
 from tba_lab.lab.experiments.common import (GAIN_DELTA, RATE_DELTA, RUN_OVERHEAD_SECONDS,
-                                            change, claim_lines, errorbar, paired, paper_claim,
-                                            pct, points, pyplot, rng, save_figure, separated,
-                                            spread)
+                                            ExperimentError, change, claim_lines, errorbar,
+                                            paired, paper_claim, pct, points, pyplot, rng,
+                                            save_figure, separated, spread)
 
 NAME = "default"
 TITLE = "The default run: `tba-lab train` over seeds"
@@ -62,7 +62,19 @@ def settings(smoke: bool, minimal: bool = False) -> dict:
 
 def variants(s: dict) -> list[tuple[str, dict]]:
     """``("other", overrides)`` (with ``other``) then ``("this", overrides)``; the overrides
-    hold only what the settings change from the defaults."""
+    hold only what the settings change from the defaults. A commit name in ``other`` (``HEAD``,
+    a branch) is resolved to its hash here, once, and written back into ``s``: a commit made
+    while the experiment runs must not change what its later runs compare against.
+
+    Raises:
+        ExperimentError: ``other`` is neither a folder nor a commit of this repository."""
+    if s["other"] and not Path(s["other"]).is_dir():
+        found = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--verify", "--quiet",
+                                f"{s['other']}^{{commit}}"], capture_output=True, text=True)
+        if found.returncode != 0:
+            raise ExperimentError(f"--set other={s['other']}: not a folder and not a commit of "
+                                  f"{HERE}; give a checkout's folder or a commit (e.g. HEAD~1)")
+        s["other"] = found.stdout.strip()
     over: dict = {}
     if s.get("minutes"):
         over["max_minutes"] = float(s["minutes"])
