@@ -217,15 +217,16 @@ def analyse(runs: list[dict], s: dict) -> dict:
     if "other" in labels and "this" in labels:  # a checkout should keep the run's gain and rate
         out["separated"] = {k: separated(labels["this"][k], labels["other"][k])
                             for k in ("updates_per_minute", "gain")}
-        per = {"this": {k: v for (lab, k), v in gain.items() if lab == "this"},
-               "other": {k: v for (lab, k), v in gain.items() if lab == "other"}}
+        per = {label: {seed: v for (lab, seed), v in gain.items() if lab == label}
+               for label in ("this", "other")}
         claims.append(paper_claim(
             "default.gain", f"This checkout's default run gains as much {head} as `{s['other']}`'s",
             "the kit's own claim (a change keeps the default run's learning)",
             f"{head} gain of this checkout minus the other's, per seed", paired(per["this"],
                                                                               per["other"]),
             0, GAIN_DELTA, "points", scale=100))
-        rate = {lab: {k: v for (l2, k), v in upm.items() if l2 == lab} for lab in ("this", "other")}
+        rate = {label: {seed: v for (lab, seed), v in upm.items() if lab == label}
+                for label in ("this", "other")}
         claims.append(paper_claim(
             "default.updates_per_minute", f"This checkout makes as many updates per minute as "
             f"`{s['other']}`", "the kit's own claim (a change keeps the default run's speed)",
@@ -233,8 +234,6 @@ def analyse(runs: list[dict], s: dict) -> dict:
             paired(rate["this"], rate["other"], lambda t, o: t / o - 1), 0, RATE_DELTA, "%",
             scale=100))
     if "minimal" in labels and "this" in labels:  # gain of minimal.py minus train's, per seed
-        gain = {(r["variant"], r["seed"]): r["after"].get(head) - r["before"][head] for r in runs
-                if r["after"].get(head) is not None}
         out["minimal_gap"] = {seed: gain[("minimal", seed)] - gain[("this", seed)]
                               for seed in labels["minimal"]["seeds"]
                               if None not in (gain.get(("minimal", seed)), gain.get(("this", seed)))}
