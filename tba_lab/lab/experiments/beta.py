@@ -26,12 +26,12 @@ import math
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SECONDS,
+from tba_lab.lab.experiments.common import (FULL_UPDATES, GAIN_DELTA, PAPER, RUN_OVERHEAD_SECONDS,
                                             SMOKE_RUN_SECONDS, UPDATES_PER_MINUTE, basic_numbers,
-                                            batch_settings, change,
-                                            core_overrides, errorbar, load_run_policy,
-                                            one_thread, pct, pyplot, rng, separated, spread, save_figure)
-from tba_lab.lab.experiments.common import GAIN_DELTA, claim_lines, paired, paper_claim
+                                            batch_settings, change, claim_lines, core_overrides,
+                                            errorbar, load_run_policy, one_thread, paired,
+                                            paper_claim, pct, pyplot, rng, save_figure, separated,
+                                            spread)
 
 NAME = "beta"
 TITLE = "KL coefficient beta: constant or annealed (TB)"

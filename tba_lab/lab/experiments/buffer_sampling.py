@@ -26,13 +26,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (FULL_UPDATES, PAPER, RUN_OVERHEAD_SECONDS,
+from tba_lab.lab.experiments.common import (FULL_UPDATES, GAIN_DELTA, PAPER, RUN_OVERHEAD_SECONDS,
                                             SMOKE_RUN_SECONDS, UPDATES_PER_MINUTE, basic_numbers,
-                                            batch_settings, change,
-                                            binomial_se_points, core_overrides, errorbar,
-                                            load_run_policy, one_thread, pct, pyplot, rng,
-                                            separated, spread, trend, save_figure)
-from tba_lab.lab.experiments.common import GAIN_DELTA, claim_lines, paired, paper_claim
+                                            batch_settings, binomial_se_points, change, claim_lines,
+                                            core_overrides, errorbar, load_run_policy, one_thread,
+                                            paired, paper_claim, pct, pyplot, rng, save_figure,
+                                            separated, spread, trend)
 
 NAME = "buffer"
 TITLE = "Replay-buffer sampling: recency m and reward prioritisation inv_temp"

@@ -38,10 +38,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, ExperimentError,
-                                            batch_settings, core_overrides, pyplot, save_figure,
-                                            spread)
-from tba_lab.lab.experiments.common import claim_lines, paired, paper_claim
+from tba_lab.lab.experiments.common import (PAPER, RUN_OVERHEAD_SECONDS, batch_settings,
+                                            claim_lines, core_overrides, ExperimentError, paired,
+                                            paper_claim, pyplot, save_figure, spread)
 from tba_lab.lab.experiments.race import _cell, accuracy_at, checkpoints
 
 NAME = "race_tasks"

@@ -28,10 +28,10 @@ from pathlib import Path
 
 from tba_lab.actors.placement import available_cores
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, basic_numbers, batch_settings,
-                                            core_overrides, errorbar, pct, pyplot, rng, spread,
-                                            time_to_target, trend, save_figure)
-from tba_lab.lab.experiments.common import RATE_DELTA, claim_lines, paired, paper_claim
+from tba_lab.lab.experiments.common import (PAPER, RATE_DELTA, basic_numbers, batch_settings,
+                                            claim_lines, core_overrides, errorbar, paired,
+                                            paper_claim, pct, pyplot, rng, save_figure, spread,
+                                            time_to_target, trend)
 
 NAME = "scaling"
 TITLE = "Searcher scaling: wall-clock time to a target accuracy"
