@@ -2,7 +2,8 @@
 #   make demo   # create .venv, install, run `tba-lab train` with its defaults
 #   make test   # create .venv, install, run the test suite without the tests marked slow (CI)
 #   make test-all  # ... the whole suite, slow tests included
-#   make lab    # create .venv, install, open the course (notebooks/) in JupyterLab
+#   make lab    # create .venv, install, open the course (the students' copies) in JupyterLab
+#   make assignments / make grade SUBMITTED=DIR / make site   # for instructors (README)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -13,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -e ".[dev]"
 	touch $@
 
-.PHONY: install demo test test-all lab clean
+.PHONY: install demo test test-all lab assignments grade clean
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
@@ -30,13 +31,32 @@ KERNEL = $(VENV)/share/jupyter/kernels/tba-lab/kernel.json
 $(KERNEL): $(BIN)/.installed
 	$(BIN)/python -m ipykernel install --sys-prefix --name tba-lab --display-name "Python (tba-lab)"
 
-# JupyterLab on notebooks/ (the venv's bin first on PATH, so that %tensorboard finds its server): from PORT on, the first free port (a second user or a second lab gets
+# The students' copies (nbgrader's release of notebooks/: no solutions), written once: a
+# student's work lives there, so `make lab` never rewrites them (`make assignments
+# COURSE_ARGS=--force` does). The instructor's copies: make lab LAB_DIR=notebooks
+COURSE      = runs/course
+STUDENT_DIR = $(COURSE)/release
+$(STUDENT_DIR): | $(BIN)/.installed
+	$(BIN)/tba-lab course release --out $(COURSE)
+
+# JupyterLab on LAB_DIR (the venv's bin first on PATH, so that %tensorboard finds its server): from PORT on, the first free port (a second user or a second lab gets
 # the next one), a fresh random token in the URL it prints; e.g. make lab PORT=9000 LAB_ARGS=--no-browser
 PORT     ?= 8888
 LAB_ARGS ?=
-lab: $(KERNEL)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --ServerApp.root_dir=notebooks --ServerApp.port=$(PORT) --ServerApp.port_retries=50 \
+LAB_DIR  ?= $(STUDENT_DIR)
+lab: $(KERNEL) $(STUDENT_DIR)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_DIR) --ServerApp.port=$(PORT) --ServerApp.port_retries=50 \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+
+# For instructors (nbgrader): the students' copies in $(COURSE)/release (about 10 s), then the
+# grading of $(COURSE)/submitted/<student>/<NN_name>/<NN_name>.ipynb, or of SUBMITTED copied
+# there first, each run with SMOKE (about 15 s a notebook), into $(COURSE)/grades.csv
+COURSE_ARGS ?=
+assignments: $(BIN)/.installed
+	$(BIN)/tba-lab course release --out $(COURSE) $(COURSE_ARGS)
+
+grade: $(BIN)/.installed
+	$(BIN)/tba-lab course grade --out $(COURSE) $(if $(SUBMITTED),--submitted $(SUBMITTED)) $(COURSE_ARGS)
 
 clean:
 	rm -rf $(VENV) runs

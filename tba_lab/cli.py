@@ -1,4 +1,4 @@
-"""Command line: ``tba-lab {train,sft,train-rm,eval,reproduce,experiment}`` (also ``python -m tba_lab ...``).
+"""Command line: ``tba-lab {train,sft,train-rm,eval,reproduce,course,experiment}`` (also ``python -m tba_lab ...``).
 
 * ``tba-lab train``: asynchronous TBA (default) or a baseline (GRPO, Dr. GRPO, RLOO, online DPO),
   sync or async, on the embedded model.
@@ -7,6 +7,8 @@
 * ``tba-lab train-rm``: retrain the preference task's reward model (Bradley-Terry loss).
 * ``tba-lab eval``: held-out metrics (greedy accuracy) of a saved policy on a task.
 * ``tba-lab reproduce [--smoke]``: execute the course notebooks with papermill, write report.md.
+* ``tba-lab course {release,grade,site}``: for instructors: the students' copies without
+  solutions and their grading (nbgrader), the course as a static website (mkdocs-jupyter).
 * ``tba-lab experiment NAME [--smoke] [--seeds 0 1 2]``: the paper's claims in miniature
   (``off_policy``, ``buffer``, ``beta``, ``scaling`` or ``all``) and the benchmarks (``race``,
   ``race_preference``, ``race_redteam``, ``default``, ``per_update``) over seeds, with report.md.
@@ -241,6 +243,29 @@ def _reproduce(args) -> int:
     return reproduce_main(args)
 
 
+def _course(args) -> int:
+    if args.action == "site":
+        from tba_lab.lab.site import build_site
+
+        print(build_site(args.out or "runs/site", smoke=args.smoke, only=args.only, seed=args.seed))
+        return 0
+    import warnings
+
+    from tba_lab.lab import assignments
+
+    out = args.out or "runs/course"
+    if args.action == "release":
+        for path in assignments.release(out, only=args.only, force=args.force):
+            print(path)
+        return 0
+    with warnings.catch_warnings():  # nbgrader's gradebook sessions warn on every autograde
+        warnings.filterwarnings("ignore", module="nbgrader")
+        rows = assignments.grade(out, submitted=args.submitted, smoke=not args.full)
+    print(assignments.table(rows))
+    print(f"wrote {Path(out) / 'grades.csv'}")
+    return 0
+
+
 def _experiment(args) -> int:
     from tba_lab.lab.experiments import main as experiment_main
 
@@ -318,6 +343,23 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
     r.add_argument("--notebook-dir", help="folder of notebooks (default: the repository's notebooks/)")
     r.set_defaults(func=_reproduce)
+    c = sub.add_parser("course", help="for instructors: release the assignments, grade "
+                       "submissions (nbgrader), build the course site", description=(
+                           "release: students' copies of notebooks/ without the solutions, in "
+                           "OUT/release/; grade: autograde OUT/submitted/<student>/<NN_name>/ "
+                           "(each run with SMOKE) and write OUT/grades.csv; site: execute the "
+                           "notebooks and build a static site in OUT/html/. Needs "
+                           'pip install -e ".[instructor]".'))
+    c.add_argument("action", choices=["release", "grade", "site"])
+    c.add_argument("--out", help="course folder (default runs/course; site: runs/site)")
+    c.add_argument("--only", nargs="+", help="release, site: notebook name prefixes, e.g. 01 02")
+    c.add_argument("--force", action="store_true", help="release: overwrite OUT/release")
+    c.add_argument("--submitted", help="grade: a folder <student>/<NN_name>/<NN_name>.ipynb "
+                   "to copy into OUT/submitted first")
+    c.add_argument("--full", action="store_true", help="grade: run submissions in full, not SMOKE")
+    c.add_argument("--smoke", action="store_true", help="site: every notebook in SMOKE")
+    c.add_argument("--seed", type=seed_arg, default=0, help="site: the notebooks' seed")
+    c.set_defaults(func=_course)
     from tba_lab.lab.experiments import NAMES
 
     x = sub.add_parser("experiment", help="the paper's claims in miniature and the benchmarks, "

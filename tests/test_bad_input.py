@@ -391,7 +391,7 @@ def test_every_parameter_line_parses_with_papermill(path):
              if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(cells) == 1, f"{path.name}: one cell tagged `parameters`"
     expected = _assigned_names("".join(cells[0]["source"]))
-    assert len(expected) >= 4  # SMOKE, SEED, OUTPUT_DIR, USE_SOLUTIONS at least
+    assert len(expected) >= 3  # SMOKE, SEED, OUTPUT_DIR at least
     assert list(inspection.inspect_notebook(str(path))) == expected
 
 

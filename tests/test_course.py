@@ -15,11 +15,12 @@ import pytest
 from tba_lab.actors.locks import LOCK_PREFIX
 from tba_lab.lab.course import EXERCISES, check
 from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce, write_report
+from tests._answers import exercise_name, solutions
 
 NOTEBOOKS = ["01_on_policy_grpo", "02_trajectory_balance", "03_replay_buffer",
              "04_async_searchers", "05_scaling", "06_explorer", "07_paper_findings",
              "08_preference", "09_redteam", "10_multi_gpu"]
-PARAMETERS = ("SMOKE", "SEED", "OUTPUT_DIR", "USE_SOLUTIONS")
+PARAMETERS = ("SMOKE", "SEED", "OUTPUT_DIR")
 
 
 def test_every_notebook_exists_with_at_least_two_exercises():
@@ -32,7 +33,7 @@ def test_every_notebook_exists_with_at_least_two_exercises():
 @pytest.mark.parametrize("name", sorted(EXERCISES))
 def test_checker_passes_the_solution_and_fails_the_stub(name):
     ex = EXERCISES[name]
-    assert check(name, ex.solution, verbose=False), f"{name}: the worked solution fails its checker"
+    assert check(name, solutions()[name], verbose=False), f"{name}: the notebook's worked solution fails its checker"
     assert not check(name, ex.stub, verbose=False), f"{name}: the empty stub passes its checker"
     assert not check(name, lambda *a, **k: 0.0, verbose=False), f"{name}: a constant passes"
 
@@ -41,7 +42,7 @@ def test_checker_fails_a_wrong_signature_readably_and_passes_the_right_one(capsy
     """A renamed, missing or extra parameter is a FAIL that shows the stub's signature (not a
     TypeError from the first case); the stub's signature passes however the body is written:
     positionally, with its defaults, or through a *args, **kwargs wrapper."""
-    sol = EXERCISES["06.rloo_advantages"].solution
+    sol = solutions()["06.rloo_advantages"]
 
     def renamed(rewards, group_size, kl_div=None, beta=0.0):
         return sol(rewards, group_size, kl_div, beta)
@@ -72,15 +73,17 @@ def test_checker_fails_a_wrong_signature_readably_and_passes_the_right_one(capsy
     assert "not implemented yet" in capsys.readouterr().out
     # every worked solution has its stub's signature
     from tba_lab.lab.course import _signature_problem
-    assert {n: _signature_problem(e.solution, e.stub, e.cases()) for n, e in EXERCISES.items()
-            if _signature_problem(e.solution, e.stub, e.cases())} == {}
+    assert sorted(solutions()) == sorted(EXERCISES)
+    assert {n: _signature_problem(solutions()[n], e.stub, e.cases()) for n, e in EXERCISES.items()
+            if _signature_problem(solutions()[n], e.stub, e.cases())} == {}
 
 
 @pytest.mark.parametrize("stem", NOTEBOOKS)
 def test_each_notebook_stub_has_its_exercise_signature(stem):
-    """The function a notebook cell shows (``def my_x(...)`` next to ``my_x = solution("NN.x")``)
-    has the parameters and defaults of its exercise's stub: the checker fails any other
-    signature, so a student who fills in the cell as shown must pass it."""
+    """The function an exercise cell shows (``def my_x(...)``, the cell nbgrader marks as a
+    solution, grade_id ``NN_x_answer``) has the parameters and defaults of its exercise's stub:
+    the checker fails any other signature, so a student who fills in the cell as shown must
+    pass it."""
     import ast
     import inspect
 
@@ -97,7 +100,9 @@ def test_each_notebook_stub_has_its_exercise_signature(stem):
                 defs[c.name] = ast.FunctionDef(name=c.name, args=ast.arguments(
                     posonlyargs=[], args=a.args[1:], kwonlyargs=a.kwonlyargs,
                     kw_defaults=a.kw_defaults, defaults=a.defaults))
-        for var, name in re.findall(r'(\w+) = solution\("([\w.]+)"\)', cell.source):
+        meta = cell.metadata.get("nbgrader", {})
+        shown = [n.name for n in ast.parse(source).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        for var, name in ([(shown[0], exercise_name(meta["grade_id"]))] if meta.get("solution") else []):
             if name not in EXERCISES:
                 wrong.append(f"{var}: no exercise {name!r}")
                 continue
@@ -112,12 +117,19 @@ def test_each_notebook_stub_has_its_exercise_signature(stem):
     assert found >= 2 and not wrong, f"{stem}: {found} stubs; {wrong}"
 
 
+def _student_view(source: str) -> str:
+    """A cell as nbgrader's release shows it: each solution region becomes two lines."""
+    return re.sub(r"^( *)### BEGIN SOLUTION\n.*?### END SOLUTION$",
+                  r"\1# YOUR CODE HERE\n\1raise NotImplementedError()", source, flags=re.M | re.S)
+
+
 @pytest.mark.parametrize("stem", NOTEBOOKS)
 def test_notebook_is_committed_clean_short_with_goals_parameters_and_checkers(stem):
     nb = nbformat.read(NOTEBOOK_DIR / f"{stem}.ipynb", as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.outputs == [] and c.execution_count is None for c in code), "commit without outputs"
-    long = [len(c.source.splitlines()) for c in code if len(c.source.splitlines()) > 30]
+    shown = [_student_view(c.source).splitlines() for c in code]  # what the students' copy shows
+    long = [len(lines) for lines in shown if len(lines) > 30]
     assert not long, f"code cells of {long} lines: at most 30 (helpers go to tba_lab/lab/course/)"
     assert nb.cells[0].cell_type == "markdown" and "goal" in nb.cells[0].source.lower()
     params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
@@ -134,7 +146,7 @@ def test_reproduce_reports_a_failing_notebook_and_exits_nonzero(tmp_path):
     books.mkdir()
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    params = nbformat.v4.new_code_cell("SMOKE = False\nSEED = 0\nOUTPUT_DIR = 'x'\nUSE_SOLUTIONS = False")
+    params = nbformat.v4.new_code_cell("SMOKE = False\nSEED = 0\nOUTPUT_DIR = 'x'")
     params.metadata["tags"] = ["parameters"]
     nb.cells = [nbformat.v4.new_markdown_cell("# Broken\nLearning goals: none"), params,
                 nbformat.v4.new_code_cell("raise RuntimeError('this notebook is broken on purpose')")]
@@ -169,7 +181,7 @@ SMOKE_BOUND_SECONDS = {"07_paper_findings.ipynb": 120, "05_scaling.ipynb": 120,
 
 
 def test_reproduce_smoke_runs_every_notebook(tmp_path):
-    """The CI reproducibility run: every notebook, SMOKE configuration, solutions plugged in;
+    """The CI reproducibility run: every notebook, SMOKE configuration, the worked solutions in;
     no weight-channel lock file left behind (a kernel's exit may skip finalizers, so a notebook
     closes every channel it opens)."""
     locks_before = set(Path(tempfile.gettempdir()).glob(f"{LOCK_PREFIX}*"))
@@ -358,8 +370,9 @@ def test_sampler_checker_fails_a_sampler_whose_softmax_underflows(capsys):
 
     import numpy as np
 
-    from tba_lab.lab.course.nb03 import (_rows, inclusion_probabilities, reward_probabilities,
-                                         reward_weights_solution)
+    from tba_lab.lab.course.nb03 import _rows, inclusion_probabilities, reward_probabilities
+
+    reward_weights_solution = solutions()["03.reward_weights"]
 
     def zeroing(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng):
         batch, used = [], set()
@@ -387,7 +400,7 @@ def test_sampler_checker_fails_a_sampler_whose_softmax_underflows(capsys):
 
     ordinary = zeroing({0: _rows(0, [0, 1, 0, 1, 1, 0])}, set(), 1, 3, 0.0, 1.5, random.Random(0))
     assert len({id(x) for x in ordinary}) == 3  # fine while no weight underflows
-    assert check("03.sample_batch", EXERCISES["03.sample_batch"].solution)
+    assert check("03.sample_batch", solutions()["03.sample_batch"])
     assert "PASS" in capsys.readouterr().out
     assert not check("03.sample_batch", zeroing)
     assert "Total of weights must be greater than zero" in capsys.readouterr().out

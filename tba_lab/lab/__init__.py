@@ -4,8 +4,8 @@ The core (``config``, ``registry``, ``paths``, ``losses``, ``algorithms``, ``buf
 ``rollout``, ``actors``, ``tasks``, ``trainer``, ``runlog``, ``eval``, ``models``) never imports
 from here; only the command line does (``tba-lab reproduce``, ``tba-lab experiment``).
 
-* :mod:`tba_lab.lab.course` -- the exercises of notebooks 01-10 (stubs, worked solutions,
-  the checker) and the exact-pi* toy of notebook 02.
+* :mod:`tba_lab.lab.course` -- the exercises of notebooks 01-10 (stubs, references, the
+  checker; the worked solutions are in the notebooks) and the exact-pi* toy of notebook 02.
 * :mod:`tba_lab.lab.timeline` -- who was busy when, from a run's logs (notebook 04).
 * :mod:`tba_lab.lab.simulate` -- an event simulator of the searcher / trainer timeline
   (notebook 05).
@@ -17,6 +17,9 @@ from here; only the command line does (``tba-lab reproduce``, ``tba-lab experime
 * :mod:`tba_lab.lab.runs` -- the explorer's runs on disk: table, comparison, YAML export.
 * :mod:`tba_lab.lab.live` -- a training run in a background thread with live redraws.
 * :mod:`tba_lab.lab.reproduce` -- every notebook run headless with papermill (``tba-lab reproduce``).
+* :mod:`tba_lab.lab.assignments` -- the course as nbgrader assignments: the students' copies
+  and the grading of their submissions (``tba-lab course release``, ``tba-lab course grade``).
+* :mod:`tba_lab.lab.site` -- the course as a static website (``make site``).
 * :mod:`tba_lab.lab.experiments` -- the paper's claims over seeds, with reports
   (``tba-lab experiment NAME``; notebook 07 reads their recorded results).
 """

@@ -2,10 +2,10 @@
 
 Each notebook in ``notebooks/`` (sorted by name) runs with the parameters
 
-    SMOKE = <--smoke>, SEED = <--seed>, OUTPUT_DIR = <output-dir>/<notebook stem>,
-    USE_SOLUTIONS = True   (exercise cells use the worked solutions, so every checker runs)
+    SMOKE = <--smoke>, SEED = <--seed>, OUTPUT_DIR = <output-dir>/<notebook stem>
 
-overriding its ``parameters`` cell. The executed notebooks, each notebook's figures
+overriding its ``parameters`` cell. The notebooks hold their worked solutions (the
+instructor's copy), so every checker runs and passes. The executed notebooks, each notebook's figures
 (``*.png`` it saves in its OUTPUT_DIR) and ``metrics.json`` go under ``--output-dir``, with a
 ``report.md`` that lists, per notebook, the status, wall-clock seconds, the metrics and the
 figures, and ``parameters.json`` with what every notebook ran with. The command exits 1 if
@@ -61,8 +61,7 @@ def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, se
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for nb in find_notebooks(notebook_dir, only):
-        params = {"SMOKE": bool(smoke), "SEED": int(seed), "OUTPUT_DIR": str(out / nb.stem),
-                  "USE_SOLUTIONS": True}
+        params = {"SMOKE": bool(smoke), "SEED": int(seed), "OUTPUT_DIR": str(out / nb.stem)}
         t0 = time.time()
         error = None
         try:

@@ -5,20 +5,24 @@ calls ``check("01.group_advantages", my_function)``, which first compares the fu
 parameters with the stub's (a renamed, missing or extra parameter is a FAIL that shows the
 expected signature), then runs it on several inputs and compares with the package's reference
 implementation using ``np.allclose``-type checks. It prints PASS or FAIL with the first
-mismatch, and returns True or False (it never raises, so the notebook runs on).
+mismatch, and returns True or False: in a student's kernel it never raises, so the notebook runs
+on. Under nbgrader's autograder (which sets ``NBGRADER_EXECUTION``) a FAIL raises
+``AssertionError``, which is how nbgrader scores the check cell 0.
 
 Where things live:
-    tba_lab/lab/course/nbXX.py  exercises of notebook XX: the empty stub, a worked solution
-                                written the way a student would, the reference and the inputs
-    check(name, fn)             the checker a notebook cell calls
-    solution(name)              the worked solution (notebooks use it when USE_SOLUTIONS is set,
-                                which is how ``tba-lab reproduce`` runs them)
+    notebooks/NN_*.ipynb        the instructor's copy: each exercise cell holds its worked
+                                solution between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
+                                (nbgrader's regions); ``tba-lab course release`` removes them
+    tba_lab/lab/course/nbXX.py  exercises of notebook XX: the empty stub, the reference and the
+                                inputs (no solutions: students install this package)
+    check(name, fn)             the checker a notebook cell calls (nbgrader's graded cell)
     EXERCISES                   every exercise by name (tests: solutions pass, stubs fail)
 """
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -33,7 +37,6 @@ class Exercise:
         name: "NN.short_name", NN the notebook number.
         description: one line shown by ``check``.
         stub: the empty function the notebook shows (raises NotImplementedError).
-        solution: a worked solution, written plainly as a student would (not the package code).
         reference: the package implementation the answer is compared with.
         cases: returns a list of (args, kwargs) inputs; called fresh for every check.
         rtol, atol: tolerances of the comparison.
@@ -43,7 +46,6 @@ class Exercise:
     name: str
     description: str
     stub: Callable
-    solution: Callable
     reference: Callable
     cases: Callable[[], list[tuple[tuple, dict]]]
     rtol: float = 1e-5
@@ -167,16 +169,27 @@ def _signature_problem(fn: Callable, stub: Callable, cases: list) -> str | None:
     return None
 
 
+GRADING_ENV = "NBGRADER_EXECUTION"  # nbgrader sets it to "autograde" or "validate" while it runs
+
+
 def check(name: str, fn: Callable, verbose: bool = True) -> bool:
     """Run exercise ``name`` on ``fn``; print PASS/FAIL (when ``verbose``) and return the result.
 
     Raises:
         KeyError: unknown exercise name (the message lists the known ones).
+        AssertionError: a FAIL while nbgrader grades (``NBGRADER_EXECUTION`` set): the check
+            cell then scores 0; in a student's kernel a FAIL returns False instead.
     """
     if name not in EXERCISES:
         raise KeyError(f"unknown exercise {name!r}; known: {sorted(EXERCISES)}")
-    ex = EXERCISES[name]
-    say = print if verbose else (lambda *a, **k: None)
+    passed = _check(EXERCISES[name], fn, print if verbose else (lambda *a, **k: None))
+    if not passed and os.environ.get(GRADING_ENV):
+        raise AssertionError(f"FAIL {name}: {EXERCISES[name].description}")
+    return passed
+
+
+def _check(ex: Exercise, fn: Callable, say: Callable) -> bool:
+    name = ex.name
     cases = ex.cases()
     problem = _signature_problem(fn, ex.stub, cases)
     if problem:
@@ -208,13 +221,6 @@ def check(name: str, fn: Callable, verbose: bool = True) -> bool:
     return True
 
 
-def solution(name: str) -> Callable:
-    """The worked solution of exercise ``name`` (what ``USE_SOLUTIONS = True`` plugs in)."""
-    if name not in EXERCISES:
-        raise KeyError(f"unknown exercise {name!r}; known: {sorted(EXERCISES)}")
-    return EXERCISES[name].solution
-
-
 def save_metrics(output_dir, metrics: dict) -> None:
     """Write ``metrics.json`` in ``output_dir`` (``tba-lab reproduce`` puts it in the report)."""
     import json
@@ -225,4 +231,4 @@ def save_metrics(output_dir, metrics: dict) -> None:
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
 
 
-__all__ = ["Exercise", "EXERCISES", "check", "solution", "save_metrics"]
+__all__ = ["Exercise", "EXERCISES", "check", "save_metrics"]

@@ -22,12 +22,6 @@ def token_logprobs_stub(logits, target_ids, temperature=1.0):
     raise NotImplementedError
 
 
-def token_logprobs_solution(logits, target_ids, temperature=1.0):
-    scaled = logits.float() / temperature                  # divide BEFORE the softmax
-    logp = torch.log_softmax(scaled, dim=-1)               # (N, T, V), stable (no exp overflow)
-    return logp.gather(-1, target_ids.unsqueeze(-1)).squeeze(-1)  # pick the target token
-
-
 def _token_logprobs_cases():
     g = torch.Generator().manual_seed(101)
     cases = []
@@ -45,7 +39,7 @@ def _token_logprobs_cases():
 TOKEN_LOGPROBS = Exercise(
     name="01.token_logprobs",
     description="temperature-scaled token log-probs, log softmax(logits / temperature)[target]",
-    stub=token_logprobs_stub, solution=token_logprobs_solution, reference=token_logprobs,
+    stub=token_logprobs_stub, reference=token_logprobs,
     cases=_token_logprobs_cases, rtol=1e-5, atol=1e-5)
 
 
@@ -66,24 +60,6 @@ def sequence_logprobs_stub(model, prompts, responses, pad_id, temperature):
     """
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def sequence_logprobs_solution(model, prompts, responses, pad_id, temperature):
-    k = len(responses) // len(prompts)
-    rows = [prompts[i // k] + r for i, r in enumerate(responses)]   # prompt + response, per row
-    ids = torch.full((len(rows), max(map(len, rows))), pad_id)
-    mask = torch.zeros_like(ids)
-    for i, row in enumerate(rows):      # right padding: the real tokens sit at positions 0, 1, ...
-        ids[i, :len(row)] = torch.tensor(row)
-        mask[i, :len(row)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]  # position t predicts t + 1
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    logp = logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)    # (N, L - 1): log p(token t + 1)
-    out = []
-    for i, r in enumerate(responses):
-        first = len(prompts[i // k]) - 1    # the position whose logits predict the response's 1st token
-        out.append(logp[i, first:first + len(r)].sum())  # the response's tokens only: no padding
-    return torch.stack(out)
 
 
 _POLICY = {}
@@ -141,7 +117,7 @@ def _with_gradient_compare(got, want):
 SEQUENCE_LOGPROBS = Exercise(
     name="01.sequence_logprobs",
     description="masked sequence log-probs of responses from a Hugging Face model, with gradient",
-    stub=sequence_logprobs_stub, solution=sequence_logprobs_solution,
+    stub=sequence_logprobs_stub,
     reference=_sequence_logprobs_reference, cases=_sequence_logprobs_cases,
     compare=_with_gradient_compare)
 
@@ -157,17 +133,6 @@ def group_advantages_stub(rewards, group_size, eps=1e-4):
     """
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def group_advantages_solution(rewards, group_size, eps=1e-4):
-    rewards = torch.as_tensor(rewards, dtype=torch.float32)
-    groups = rewards.view(-1, group_size)                  # (B, K): row i = answers to prompt i
-    mean = groups.mean(dim=1, keepdim=True)
-    std = groups.std(dim=1, keepdim=True)                  # unbiased std, as TRL
-    adv = (groups - mean) / (std + eps)
-    all_equal = (groups == groups[:, :1]).all(dim=1, keepdim=True)
-    adv = torch.where(all_equal, torch.zeros_like(adv), adv)  # no signal, not rounding noise / eps
-    return adv.reshape(-1)
 
 
 def _group_advantages_reference(rewards, group_size, eps=1e-4):
@@ -189,7 +154,7 @@ def _group_advantages_cases():
 GROUP_ADVANTAGES = Exercise(
     name="01.group_advantages",
     description="group-relative advantages (r - mean) / (std + eps), all-equal group = 0",
-    stub=group_advantages_stub, solution=group_advantages_solution,
+    stub=group_advantages_stub,
     reference=_group_advantages_reference, cases=_group_advantages_cases)
 
 
@@ -207,17 +172,6 @@ def clipped_surrogate_stub(logps, behaviour_logps, advantages, mask, clip_eps=0.
     """
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def clipped_surrogate_solution(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
-    ratio = torch.exp(logps - behaviour_logps.detach())    # (N, T) pi_theta / pi_behaviour
-    adv = advantages.unsqueeze(1)                          # (N, 1): one advantage per sequence
-    unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
-    per_token = -torch.min(unclipped, clipped)             # (N, T)
-    m = mask.float()
-    per_seq = (per_token * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)  # mean over response tokens
-    return per_seq.mean()
 
 
 def _clipped_surrogate_reference(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
@@ -246,7 +200,7 @@ def _clipped_surrogate_cases():
 CLIPPED_SURROGATE = Exercise(
     name="01.clipped_surrogate",
     description="GRPO's PPO-clipped surrogate loss, sequence-mean then batch-mean",
-    stub=clipped_surrogate_stub, solution=clipped_surrogate_solution,
+    stub=clipped_surrogate_stub,
     reference=_clipped_surrogate_reference, cases=_clipped_surrogate_cases)
 
 

@@ -36,12 +36,6 @@ def target_distribution_stub(ref_logprobs, rewards, beta):
     raise NotImplementedError
 
 
-def target_distribution_solution(ref_logprobs, rewards, beta):
-    log_unnorm = ref_logprobs + rewards / beta             # log [pi_ref * exp(r / beta)]
-    log_z = torch.logsumexp(log_unnorm, dim=-1, keepdim=True)  # log-partition, computed stably
-    return torch.exp(log_unnorm - log_z)
-
-
 def _target_cases():
     g = torch.Generator().manual_seed(201)
     cases = []
@@ -59,7 +53,7 @@ def _target_cases():
 TARGET_DISTRIBUTION = Exercise(
     name="02.target_distribution",
     description="pi* = pi_ref * exp(r / beta) / Z (Eq. 2), stable for small beta",
-    stub=target_distribution_stub, solution=target_distribution_solution,
+    stub=target_distribution_stub,
     reference=target_distribution, cases=_target_cases, rtol=1e-5, atol=1e-6)
 
 
@@ -75,11 +69,6 @@ def vargrad_log_z_stub(logps, ref_logps, rewards, beta, group_size):
     """
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def vargrad_log_z_solution(logps, ref_logps, rewards, beta, group_size):
-    terms = rewards / beta - logps.detach() + ref_logps    # (N,) one estimate of log Z per response
-    return terms.view(-1, group_size).mean(dim=1)          # (B,) average within each prompt's group
 
 
 def _detached_compare(got, want):
@@ -106,7 +95,7 @@ def _tb_cases():
 VARGRAD_LOG_Z = Exercise(
     name="02.vargrad_log_z",
     description="VarGrad log-partition per prompt (Eq. 4)",
-    stub=vargrad_log_z_stub, solution=vargrad_log_z_solution, reference=vargrad_log_z,
+    stub=vargrad_log_z_stub, reference=vargrad_log_z,
     cases=_tb_cases, rtol=1e-5, atol=1e-4, compare=_detached_compare)
 
 
@@ -124,14 +113,6 @@ def tb_loss_stub(logps, ref_logps, rewards, beta, group_size):
     raise NotImplementedError
 
 
-def tb_loss_solution(logps, ref_logps, rewards, beta, group_size):
-    with torch.no_grad():                                  # sg[log Z]: log Z gets no gradient
-        log_z = (rewards / beta - logps + ref_logps).view(-1, group_size).mean(dim=1)  # (B,)
-    log_z_rows = log_z.repeat_interleave(group_size)       # (N,) prompt i's log Z on its K rows
-    residual = log_z_rows + logps - ref_logps - rewards / beta
-    return (residual ** 2).mean()
-
-
 def _tb_loss_reference(logps, ref_logps, rewards, beta, group_size):
     from tba_lab.minimal import trajectory_balance_loss as minimal_tb_loss
 
@@ -141,7 +122,7 @@ def _tb_loss_reference(logps, ref_logps, rewards, beta, group_size):
 TB_LOSS = Exercise(
     name="02.tb_loss",
     description="trajectory balance loss with VarGrad log Z, batch mean (Eq. 3-5)",
-    stub=tb_loss_stub, solution=tb_loss_solution, reference=_tb_loss_reference, cases=_tb_cases,
+    stub=tb_loss_stub, reference=_tb_loss_reference, cases=_tb_cases,
     rtol=1e-5, atol=1e-4)
 
 
@@ -157,12 +138,6 @@ def behaviour_kl_stub(logps, behaviour_logps):
     """
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def behaviour_kl_solution(logps, behaviour_logps):
-    # KL(mu || pi) = E_{y ~ mu}[log mu(y) - log pi(y)]; the samples come from mu, so the plain
-    # mean over them estimates it (no importance weight)
-    return (behaviour_logps - logps.detach()).mean().item()
 
 
 def _behaviour_kl_reference(logps, behaviour_logps):
@@ -189,7 +164,7 @@ def _behaviour_kl_cases():
 BEHAVIOUR_KL = Exercise(
     name="02.behaviour_kl",
     description="staleness in nats: KL(mu || pi_theta) estimated on samples from mu",
-    stub=behaviour_kl_stub, solution=behaviour_kl_solution, reference=_behaviour_kl_reference,
+    stub=behaviour_kl_stub, reference=_behaviour_kl_reference,
     cases=_behaviour_kl_cases, rtol=1e-5, atol=1e-6)
 
 

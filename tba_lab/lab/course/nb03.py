@@ -225,17 +225,6 @@ def dedup_stub(rollouts, capacity):
     raise NotImplementedError
 
 
-def dedup_solution(rollouts, capacity):
-    stored = []
-    for r in rollouts:
-        # newest copy wins: remove an older copy of the same token sequence
-        stored = [old for old in stored if old.response_ids != r.response_ids]
-        stored.append(r)
-        if len(stored) > capacity:
-            stored = stored[len(stored) - capacity:]  # drop the oldest
-    return stored
-
-
 def dedup_reference(rollouts, capacity):
     buf = ReplayBuffer(capacity_per_prompt=capacity, dedup=True)
     buf.add(rollouts)
@@ -276,7 +265,7 @@ def _dedup_compare(got, want):
 DEDUP = Exercise(
     name="03.dedup",
     description="per-prompt storage: newest copy wins, capacity drops the oldest",
-    stub=dedup_stub, solution=dedup_solution, reference=dedup_reference, cases=_dedup_cases,
+    stub=dedup_stub, reference=dedup_reference, cases=_dedup_cases,
     compare=_dedup_compare)
 
 
@@ -287,13 +276,6 @@ def reward_weights_stub(rewards, inv_temp):
     Must not overflow for large inv_temp * reward."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def reward_weights_solution(rewards, inv_temp):
-    z = inv_temp * np.asarray(rewards, dtype=np.float64)
-    z = z - z.max()  # softmax is unchanged by a shift; this keeps exp() from overflowing
-    e = np.exp(z)
-    return e / e.sum()
 
 
 def _reward_weights_cases():
@@ -311,7 +293,7 @@ def _reward_weights_cases():
 REWARD_WEIGHTS = Exercise(
     name="03.reward_weights",
     description="reward-mode item probabilities softmax(inv_temp * reward), stable",
-    stub=reward_weights_stub, solution=reward_weights_solution, reference=reward_probabilities,
+    stub=reward_weights_stub, reference=reward_probabilities,
     cases=_reward_weights_cases)
 
 
@@ -325,17 +307,6 @@ def prompt_probs_stub(num_prompts, refreshed, m):
     raise NotImplementedError
 
 
-def prompt_probs_solution(num_prompts, refreshed, m):
-    probs = np.zeros(num_prompts)
-    if len(refreshed) == 0:
-        m = 0.0  # no fresh prompt: the slot always falls back to the uniform draw
-    for p in range(num_prompts):
-        probs[p] += (1 - m) / num_prompts
-        if p in refreshed:
-            probs[p] += m / len(refreshed)
-    return probs
-
-
 def _prompt_probs_cases():
     return [((10, [2, 5], 0.8), {}), ((10, [2, 5], 0.0), {}), ((10, [2, 5], 1.0), {}),
             ((6, [], 0.8), {}), ((4, [0, 1, 2, 3], 0.5), {}), ((300, list(range(0, 300, 7)), 0.3), {})]
@@ -344,7 +315,7 @@ def _prompt_probs_cases():
 PROMPT_PROBS = Exercise(
     name="03.prompt_probs",
     description="probability that one slot picks each prompt, recency probability m",
-    stub=prompt_probs_stub, solution=prompt_probs_solution, reference=prompt_probabilities,
+    stub=prompt_probs_stub, reference=prompt_probabilities,
     cases=_prompt_probs_cases)
 
 
@@ -373,31 +344,6 @@ def sample_batch_stub(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng
     """
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def sample_batch_solution(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng):
-    def weights(rows):  # softmax(inv_temp * reward), the 03.reward_weights of this prompt
-        return list(reward_weights_solution([r.reward for r in rows], inv_temp))
-
-    batch, used = [], set()
-    for _ in range(num_prompts):
-        if len(used) == len(groups):
-            used = set()                                    # every prompt used: start over
-        fresh_left = [p for p in groups if p in fresh and p not in used]
-        if fresh_left and rng.random() < recency_prob:      # recency mode
-            pid = rng.choice(fresh_left)
-            rows = list(groups[pid][-k:])                   # its K newest rows
-        else:                                               # reward mode
-            pid = rng.choice([p for p in groups if p not in used])
-            left, rows = list(groups[pid]), []
-            while left and len(rows) < k:                   # without replacement
-                pick = rng.choices(range(len(left)), weights=weights(left))[0]
-                rows.append(left.pop(pick))
-        while len(rows) < k:                                # top up to K, with replacement
-            rows.append(rng.choices(groups[pid], weights=weights(groups[pid]))[0])
-        batch += rows
-        used.add(pid)
-    return batch
 
 
 class _Draw(random.Random):
@@ -541,7 +487,7 @@ def _sample_batch_compare(got, want):
 SAMPLE_BATCH = Exercise(
     name="03.sample_batch",
     description="the trainer's sampler: recency m, reward softmax, distinct prompts, top-up",
-    stub=sample_batch_stub, solution=sample_batch_solution, reference=_sample_batch_reference,
+    stub=sample_batch_stub, reference=_sample_batch_reference,
     cases=_sample_batch_cases, compare=_sample_batch_compare)
 
 

@@ -16,16 +16,13 @@ Drawing
 from __future__ import annotations
 
 import copy
-import multiprocessing as mp
 import threading
-import time
 
 import numpy as np
 import torch
 
 from tba_lab.lab.course import Exercise
-from tba_lab.lab.course.nb01 import embedded_policy, sequence_logprobs_solution
-from tba_lab.lab.course.nb02 import tb_loss_solution
+from tba_lab.lab.course.nb01 import embedded_policy
 from tba_lab.lab.timeline import fresh_staleness_max
 
 
@@ -58,37 +55,6 @@ class WeightSyncStub:
 
     def pull(self, model, have):
         raise NotImplementedError
-
-
-class WeightSyncSolution:
-    def __init__(self, model):
-        self.flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).share_memory_()
-        ctx = mp.get_context("spawn")
-        self.version = ctx.Value("q", -1, lock=False)   # nothing published yet
-        self.writes = ctx.Value("q", 0, lock=False)     # odd while a publish copies
-
-    def publish(self, model, version):
-        self.writes.value += 1                          # odd: readers keep away
-        offset = 0
-        for p in model.parameters():
-            n = p.numel()
-            self.flat[offset:offset + n] = p.detach().reshape(-1)
-            offset += n
-        self.version.value = version
-        self.writes.value += 1                          # even: consistent again
-
-    def pull(self, model, have):
-        while True:
-            before = self.writes.value
-            version = self.version.value
-            if version <= have:
-                return have                             # nothing newer: copy nothing
-            if before % 2 == 0:
-                snapshot = self.flat.clone()
-                if self.writes.value == before:         # no publish during the copy
-                    torch.nn.utils.vector_to_parameters(snapshot, model.parameters())
-                    return version
-            time.sleep(0.001)                           # a publish is copying: try again
 
 
 class _SpyModel(torch.nn.Sequential):
@@ -213,7 +179,7 @@ def _weight_sync_compare(got, want):
 WEIGHT_SYNC = Exercise(
     name="04.weight_sync",
     description="the weight channel: publish with a version, pull when newer, no torn read",
-    stub=WeightSyncStub, solution=WeightSyncSolution, reference=_weight_sync_reference,
+    stub=WeightSyncStub, reference=_weight_sync_reference,
     cases=_weight_sync_cases, compare=_weight_sync_compare)
 
 
@@ -236,29 +202,6 @@ def searcher_step_stub(policy, reference, tokenizer, task, problems, prompt_ids,
     """
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def searcher_step_solution(policy, reference, tokenizer, task, problems, prompt_ids, s, version):
-    from tba_lab.minimal import Row, pad
-
-    K = s.num_generations
-    prompts = [tokenizer(task.format_prompt(p))["input_ids"] for p in problems]
-    ids, mask = pad(prompts, tokenizer.pad_token_id, left=True)       # (B, P), left-padded
-    with torch.no_grad():
-        out = policy.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, top_p=1.0,
-                              temperature=s.temperature, max_new_tokens=s.max_new_tokens,
-                              num_return_sequences=K, pad_token_id=tokenizer.pad_token_id)
-        responses = []
-        for row in out[:, ids.shape[1]:].tolist():                    # the new tokens only
-            if tokenizer.eos_token_id in row:
-                row = row[:row.index(tokenizer.eos_token_id) + 1]      # keep the EOS, drop the rest
-            responses.append(row)
-        ref = sequence_logprobs_solution(reference, prompts, responses, tokenizer.pad_token_id,
-                                         s.temperature)
-    texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-    rewards = task.rewards([problems[i // K] for i in range(len(texts))], texts)
-    return [Row(prompt_ids[i // K], prompts[i // K], responses[i], rewards[i], ref[i].item(), version)
-            for i in range(len(responses))]
 
 
 def _searcher_cases():
@@ -333,7 +276,7 @@ def _searcher_compare(got, want):
 SEARCHER_STEP = Exercise(
     name="04.searcher_step",
     description="a searcher's batch: B x K sampled rows, cut after EOS, rewarded, ref log-probs, version",
-    stub=searcher_step_stub, solution=searcher_step_solution, reference=_searcher_reference,
+    stub=searcher_step_stub, reference=_searcher_reference,
     cases=_searcher_cases, compare=_searcher_compare)
 
 
@@ -349,21 +292,6 @@ def trainer_step_stub(policy, optimizer, batch, s, pad_id):
     """
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def trainer_step_solution(policy, optimizer, batch, s, pad_id):
-    k = s.num_generations
-    prompts = [row.prompt for row in batch[::k]]                   # one prompt per group
-    logps = sequence_logprobs_solution(policy, prompts, [row.response for row in batch], pad_id,
-                                       s.temperature)
-    ref_logps = torch.tensor([row.ref_logp for row in batch])
-    rewards = torch.tensor([row.reward for row in batch])
-    loss = tb_loss_solution(logps, ref_logps, rewards, s.beta, k)
-    optimizer.zero_grad()                                          # the last step's gradients go
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(policy.parameters(), s.max_grad_norm)
-    optimizer.step()
-    return loss.item()
 
 
 _BATCH = {}
@@ -440,7 +368,7 @@ def _trainer_compare(got, want):
 TRAINER_STEP = Exercise(
     name="04.trainer_step",
     description="one update: sequence log-probs, TB loss, zero_grad, backward, clip, step",
-    stub=trainer_step_stub, solution=trainer_step_solution, reference=_trainer_reference,
+    stub=trainer_step_stub, reference=_trainer_reference,
     cases=_trainer_cases, compare=_trainer_compare)
 
 
@@ -458,16 +386,6 @@ def staleness_bound_stub(arrival_lag, k):
     raise NotImplementedError
 
 
-def staleness_bound_solution(arrival_lag, k):
-    a = np.asarray(arrival_lag)
-    k = np.asarray(k)
-    v = 0  # versions are multiples of k: the answer does not depend on which one, take v = 0
-    received = v + a
-    next_sync = (received // k + 1) * k  # first multiple of k strictly after the arrival
-    last_recency_update = next_sync - 1
-    return last_recency_update - v
-
-
 def _bound_cases():
     a, k = np.meshgrid(np.arange(0, 13), np.arange(1, 6))
     return [((a.reshape(-1), k.reshape(-1)), {}),
@@ -479,7 +397,7 @@ def _bound_cases():
 STALENESS_BOUND = Exercise(
     name="04.staleness_bound",
     description="largest staleness of a batch drawn in recency mode, given arrival lag and k",
-    stub=staleness_bound_stub, solution=staleness_bound_solution, reference=fresh_staleness_max,
+    stub=staleness_bound_stub, reference=fresh_staleness_max,
     cases=_bound_cases, rtol=0.0, atol=0.0)
 
 

@@ -143,16 +143,6 @@ def share_cores_stub(remaining, cores, until):
     raise NotImplementedError
 
 
-def share_cores_solution(remaining, cores, until):
-    if not remaining:
-        return until, []
-    n = len(remaining)
-    speed = 1.0 if cores is None else min(1.0, cores / n)  # a core at most
-    dt = min(min(remaining) / speed, until)   # wall time until the shortest job ends
-    left = [r - dt * speed for r in remaining]
-    return dt, left
-
-
 def _compare_step(got, want) -> str | None:
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         return f"expected a pair (dt, left), got {type(got).__name__}"
@@ -182,7 +172,7 @@ def _step_cases():
 SHARE_CORES = Exercise(
     name="05.share_cores",
     description="processor sharing: advance n busy processes on c cores to the next event",
-    stub=share_cores_stub, solution=share_cores_solution, reference=share_cores,
+    stub=share_cores_stub, reference=share_cores,
     cases=_step_cases, compare=_compare_step)
 
 
@@ -204,17 +194,6 @@ def async_throughput_stub(gen_seconds, score_seconds, update_seconds, num_search
     raise NotImplementedError
 
 
-def async_throughput_solution(gen_seconds, score_seconds, update_seconds, num_searchers, cores,
-                              max_replay_ratio=0.0):
-    busy = num_searchers + 1  # the searchers plus the trainer
-    slowdown = 1.0 if cores is None else max(1.0, busy / cores)
-    batches = num_searchers * 60.0 / ((gen_seconds + score_seconds) * slowdown)
-    updates = 60.0 / (update_seconds * slowdown)
-    if max_replay_ratio > 0:  # no more rows trained than rho times the rows generated
-        updates = min(updates, max_replay_ratio * batches)
-    return updates, batches
-
-
 def _async_cases():
     return [
         ((0.26, 0.09, 0.20), {"num_searchers": 1, "cores": 2}),   # fits, no bound
@@ -230,7 +209,7 @@ def _async_cases():
 ASYNC_THROUGHPUT = Exercise(
     name="05.async_throughput",
     description="async updates and batches per minute with n searchers on c cores, replay bound",
-    stub=async_throughput_stub, solution=async_throughput_solution, reference=async_throughput,
+    stub=async_throughput_stub, reference=async_throughput,
     cases=_async_cases)
 
 

@@ -30,13 +30,6 @@ def beta_schedule_stub(step, beta_0, beta_final, anneal_steps):
     raise NotImplementedError
 
 
-def beta_schedule_solution(step, beta_0, beta_final, anneal_steps):
-    if anneal_steps == 0:
-        return beta_final
-    progress = min(step / anneal_steps, 1.0)
-    return beta_0 + progress * (beta_final - beta_0)
-
-
 def _beta_cases():
     return [
         ((0, 0.014, 0.004, 500), {}),
@@ -52,7 +45,7 @@ def _beta_cases():
 BETA_SCHEDULE = Exercise(
     name="06.beta_schedule",
     description="linear annealing of the KL coefficient beta, then constant",
-    stub=beta_schedule_stub, solution=beta_schedule_solution, reference=beta_schedule,
+    stub=beta_schedule_stub, reference=beta_schedule,
     cases=_beta_cases)
 
 
@@ -77,18 +70,6 @@ def rloo_advantages_stub(rewards, group_size, kl=None, beta=0.0):
     raise NotImplementedError
 
 
-def rloo_advantages_solution(rewards, group_size, kl=None, beta=0.0):
-    shaped = rewards.float()
-    if kl is not None:
-        shaped = shaped - beta * kl
-    R = shaped.view(-1, group_size)                          # (B, K)
-    others = (R.sum(dim=1, keepdim=True) - R) / (group_size - 1)
-    adv = R - others
-    same = (R == R[:, :1]).all(dim=1, keepdim=True)          # all-equal group -> 0
-    adv = torch.where(same, torch.zeros_like(adv), adv)
-    return adv.view(-1)
-
-
 def _rloo_cases():
     g = torch.Generator().manual_seed(6)
     r = (torch.rand(4 * 8, generator=g) < 0.4).float()
@@ -104,7 +85,7 @@ def _rloo_cases():
 RLOO_ADVANTAGES = Exercise(
     name="06.rloo_advantages",
     description="leave-one-out advantages on r - beta * kl, all-equal groups -> 0",
-    stub=rloo_advantages_stub, solution=rloo_advantages_solution, reference=rloo_advantages,
+    stub=rloo_advantages_stub, reference=rloo_advantages,
     cases=_rloo_cases)
 
 

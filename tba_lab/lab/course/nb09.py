@@ -6,8 +6,6 @@ References live in :mod:`tba_lab.tasks.redteam` (``answer_log_probability``, ``l
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from tba_lab.lab.course import Exercise
@@ -40,18 +38,6 @@ def judge_log_reward_stub(answers, threshold, scale, floor):
     raise NotImplementedError
 
 
-def judge_log_reward_solution(answers, threshold, scale, floor):
-    out = []
-    for a in answers:
-        if a is None:  # no number: p = 0, log p = -inf, floored
-            out.append(floor)
-            continue
-        z = (a - threshold) / scale
-        log_p = -math.log1p(math.exp(-z)) if z >= 0 else z - math.log1p(math.exp(z))
-        out.append(max(log_p, floor))
-    return out
-
-
 def _judge_cases():
     return [
         (([60.0, 64.0, 52.0, None], 60.0, 4.0, -5.0), {}),
@@ -64,7 +50,7 @@ def _judge_cases():
 JUDGE_LOG_REWARD = Exercise(
     name="09.judge_log_reward",
     description="reward = max(log sigmoid((answer - threshold) / scale), floor); no answer = floor",
-    stub=judge_log_reward_stub, solution=judge_log_reward_solution,
+    stub=judge_log_reward_stub,
     reference=judge_log_reward_reference, cases=_judge_cases)
 
 
@@ -84,18 +70,6 @@ def cosine_diversity_stub(embeddings):
     raise NotImplementedError
 
 
-def cosine_diversity_solution(embeddings):
-    total, pairs = 0.0, 0
-    n = embeddings.shape[0]
-    for i in range(n):
-        for j in range(i + 1, n):
-            a, b = embeddings[i].double(), embeddings[j].double()
-            cos = float(a @ b) / (float(a.norm()) * float(b.norm()))
-            total += 1.0 - cos
-            pairs += 1
-    return total / pairs
-
-
 def _cos_cases():
     g = torch.Generator().manual_seed(9)
     return [
@@ -110,7 +84,7 @@ def _cos_cases():
 COSINE_DIVERSITY = Exercise(
     name="09.cosine_diversity",
     description="diversity = mean over pairs i < j of 1 - cos(e_i, e_j)",
-    stub=cosine_diversity_stub, solution=cosine_diversity_solution,
+    stub=cosine_diversity_stub,
     reference=mean_pairwise_cosine_distance, cases=_cos_cases)
 
 

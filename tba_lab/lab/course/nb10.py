@@ -55,15 +55,6 @@ def plan_devices_stub(num_searchers, num_gpus):
     raise NotImplementedError
 
 
-def plan_devices_solution(num_searchers, num_gpus):
-    if num_gpus == 0:
-        return "cpu", ["cpu" for _ in range(num_searchers)]
-    if num_gpus == 1:  # one GPU: everyone shares it
-        return "cuda:0", ["cuda:0" for _ in range(num_searchers)]
-    others = [f"cuda:{g}" for g in range(1, num_gpus)]  # GPU 0 is the trainer's alone
-    return "cuda:0", [others[i % len(others)] for i in range(num_searchers)]
-
-
 def _same(got, want) -> str | None:
     if isinstance(got, list) and isinstance(want, tuple):
         got = tuple(got)
@@ -78,7 +69,7 @@ def _plan_cases():
 PLAN_DEVICES = Exercise(
     name="10.plan_devices",
     description="the trainer alone on cuda:0, searchers round robin over the other GPUs",
-    stub=plan_devices_stub, solution=plan_devices_solution, reference=plan_devices,
+    stub=plan_devices_stub, reference=plan_devices,
     cases=_plan_cases, compare=_same)
 
 
@@ -111,16 +102,6 @@ def flat_layout_stub(named, align=256):
     raise NotImplementedError
 
 
-def flat_layout_solution(named, align=256):
-    offsets, end = [], 0
-    for _, t in named:
-        start = (end + align - 1) // align * align  # round up to the alignment
-        offsets.append(start)
-        end = start + t.numel() * t.element_size()  # bytes, not elements
-    nbytes = max(align, (end + align - 1) // align * align)
-    return offsets, nbytes
-
-
 def _layout_cases():
     import torch
 
@@ -149,7 +130,7 @@ def _same_layout(got, want) -> str | None:
 FLAT_LAYOUT = Exercise(
     name="10.flat_layout",
     description="byte offsets of the parameters in the flat weight buffer, aligned",
-    stub=flat_layout_stub, solution=flat_layout_solution, reference=flat_layout,
+    stub=flat_layout_stub, reference=flat_layout,
     cases=_layout_cases, compare=_same_layout)
 
 

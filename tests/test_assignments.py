@@ -1,0 +1,153 @@
+"""The course as nbgrader assignments: the students' copies hold no solution, the installed
+package holds none either, and the grading of three made-up submissions scores what it should."""
+import csv
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import tba_lab
+from tba_lab.lab import assignments
+from tba_lab.lab.course import EXERCISES, check
+from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks
+from tests._answers import exercise_name, solutions
+
+pytest.importorskip("nbgrader")
+
+STEM = "02_trajectory_balance"  # the graded assignment: TB's own exercises, 13 s in SMOKE
+
+
+def _regions(path: Path) -> dict[str, str]:
+    """{grade_id: the text between BEGIN and END SOLUTION} of one notebook."""
+    found = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            found[meta["grade_id"]] = "\n".join(re.findall(
+                rf"{assignments.BEGIN}\n(.*?)\n *{assignments.END}", cell.source, flags=re.S))
+    return found
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    return root, assignments.release(root)
+
+
+def test_release_writes_ten_student_notebooks_whose_exercises_are_all_stubs(course):
+    root, written = course
+    assert [p.stem for p in written] == [p.stem for p in find_notebooks()]
+    assert len(written) == 10
+    for path in written:
+        text = path.read_text()
+        assert assignments.BEGIN not in text and assignments.END not in text
+        assert "USE_SOLUTIONS" not in text and "solution(" not in text
+        lines = {line.strip() for c in nbformat.read(path, as_version=4).cells
+                 for line in c.source.splitlines()}
+        for grade_id, region in _regions(NOTEBOOK_DIR / path.name).items():
+            kept = [line.strip() for line in region.splitlines()
+                    if len(line.strip()) > 30 and line.strip() in lines]
+            assert not kept, f"{path.name} {grade_id}: solution lines left: {kept}"
+    # run as a student would: every exercise of the students' copies fails its checker
+    stubs = solutions(root / "release")
+    assert sorted(stubs) == sorted(EXERCISES)
+    assert [n for n, fn in stubs.items() if check(n, fn, verbose=False)] == []
+
+
+def test_each_exercise_is_one_graded_check_cell_and_links_still_open(course):
+    root, written = course
+    graded = {}
+    for path in written:
+        for cell in nbformat.read(path, as_version=4).cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if meta.get("grade"):
+                name = exercise_name(meta["grade_id"])
+                assert meta["points"] == 1 and meta["locked"] and not meta["solution"]
+                assert re.fullmatch(rf'\w+ = check\("{re.escape(name)}", \w+\)', cell.source)
+                graded[name] = graded.get(name, 0) + 1
+            for link in re.findall(r"\]\(([^)#]+)", cell.source if cell.cell_type == "markdown" else ""):
+                if not link.startswith(("http", "#", "mailto")):
+                    assert (path.parent / link).exists(), f"{path.name}: broken link {link}"
+    assert graded == {name: 1 for name in EXERCISES}
+
+
+def test_release_refuses_to_overwrite_students_copies(course):
+    root, _ = course
+    with pytest.raises(FileExistsError, match="--force"):
+        assignments.release(root)
+
+
+def test_the_installed_package_holds_no_worked_solution():
+    import tba_lab.lab.course as course_pkg
+
+    assert not hasattr(course_pkg, "solution")
+    package = "\n".join(re.sub(r"\s+", " ", p.read_text())
+                        for p in Path(tba_lab.__file__).parent.rglob("*.py"))
+    for path in find_notebooks():
+        for grade_id, region in _regions(path).items():
+            assert region.strip(), f"{path.name} {grade_id}: an empty solution region"
+            body = re.sub(r"\s+", " ", region).strip()
+            assert body not in package, f"{grade_id}: its worked solution is in the package"
+
+
+def test_check_raises_only_while_nbgrader_grades(monkeypatch, capsys):
+    stub = EXERCISES["02.tb_loss"].stub
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assert check("02.tb_loss", stub) is False  # a student's kernel runs on
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(AssertionError, match="FAIL 02.tb_loss"):
+        check("02.tb_loss", stub)
+    assert check("02.tb_loss", solutions()["02.tb_loss"]) is True
+
+
+def _submission(root: Path, subs: Path, student: str, edit: dict) -> None:
+    """The students' copy of STEM with every answer filled in from the worked solution, except
+    the cells in ``edit`` ({grade_id: new source}), saved where nbgrader collects it."""
+    answers = _regions(NOTEBOOK_DIR / f"{STEM}.ipynb")
+    nb = nbformat.read(root / "release" / STEM / f"{STEM}.ipynb", as_version=4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            filled = re.sub(r"^( *)# YOUR CODE HERE\n *raise NotImplementedError\(\)",
+                            lambda m: answers[gid], cell.source, flags=re.M)
+            cell.source = edit[gid](filled, cell.source) if gid in edit else filled
+    out = subs / student / STEM / f"{STEM}.ipynb"
+    out.parent.mkdir(parents=True)
+    nbformat.write(nb, out)
+
+
+def test_grading_scores_three_made_up_submissions(course, tmp_path):
+    root, _ = course
+    subs = tmp_path / "subs"
+    _submission(root, subs, "ada", {})  # every answer right
+    _submission(root, subs, "bob", {"02_tb_loss_answer":  # a wrong answer: sum for mean
+                              lambda filled, empty: filled.replace("(residual ** 2).mean()",
+                                                                   "(residual ** 2).sum()")})
+    _submission(root, subs, "cy", {"02_vargrad_log_z_answer": lambda filled, empty: empty})  # left empty
+    assert "sum()" in (subs / "bob" / STEM / f"{STEM}.ipynb").read_text()
+    rows = assignments.grade(root, submitted=subs)
+    got = {(r["student"], r["exercise"]): r["score"] for r in rows}
+    names = sorted(n for n in EXERCISES if n.startswith("02."))
+    want = {(s, n): 1.0 for s in ("ada", "bob", "cy") for n in names}
+    want[("bob", "02.tb_loss")] = 0.0
+    want[("cy", "02.vargrad_log_z")] = 0.0
+    assert got == want
+    assert all(r["max_score"] == 1.0 for r in rows)
+    with open(root / "grades.csv") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 12 and {r["student"] for r in table} == {"ada", "bob", "cy"}
+    text = assignments.table(rows)
+    assert re.search(r"^ada .* 4/4$", text, flags=re.M) and re.search(r"^bob .* 3/4$", text, flags=re.M)
+
+
+def test_course_release_command_writes_the_students_copies(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tba_lab", "course", "release", "--out",
+                           str(tmp_path), "--only", "03"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(tmp_path / "release" / "03_replay_buffer" / "03_replay_buffer.ipynb")]
+    proc = subprocess.run([sys.executable, "-m", "tba_lab", "course", "grade", "--out",
+                           str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 1 and "no submissions" in proc.stderr
