@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -e ".[dev]"
 	touch $@
 
-.PHONY: install demo test test-all lab assignments grade clean
+.PHONY: install demo test test-all lab assignments grade site clean
 install: $(BIN)/.installed
 
 demo: $(BIN)/.installed
@@ -57,6 +57,10 @@ assignments: $(BIN)/.installed
 
 grade: $(BIN)/.installed
 	$(BIN)/tba-lab course grade --out $(COURSE) $(if $(SUBMITTED),--submitted $(SUBMITTED)) $(COURSE_ARGS)
+
+# The course as a static website, offline, in runs/site/html (open index.html): runs the notebooks (full if <= 3 min, else SMOKE), about 14 min on 2 cores; e.g. SITE_ARGS=--smoke
+site: $(BIN)/.installed
+	$(BIN)/python -m tba_lab.lab.site --out runs/site $(SITE_ARGS)
 
 clean:
 	rm -rf $(VENV) runs

@@ -245,22 +245,29 @@ def _reproduce(args) -> int:
 
 def _course(args) -> int:
     if args.action == "site":
-        from tba_lab.lab.site import build_site
+        from tba_lab.lab.site import main as site_main
 
-        print(build_site(args.out or "runs/site", smoke=args.smoke, only=args.only, seed=args.seed))
-        return 0
+        return site_main(["--out", args.out or "runs/site", "--seed", str(args.seed)]
+                         + ["--smoke"] * args.smoke + (["--only", *args.only] if args.only else []))
     import warnings
 
     from tba_lab.lab import assignments
 
     out = args.out or "runs/course"
-    if args.action == "release":
-        for path in assignments.release(out, only=args.only, force=args.force):
-            print(path)
-        return 0
-    with warnings.catch_warnings():  # nbgrader's gradebook sessions warn on every autograde
-        warnings.filterwarnings("ignore", module="nbgrader")
-        rows = assignments.grade(out, submitted=args.submitted, smoke=not args.full)
+    try:
+        if args.action == "release":
+            for path in assignments.release(out, only=args.only, force=args.force):
+                print(path)
+            return 0
+        with warnings.catch_warnings():  # nbgrader's gradebook sessions warn on every autograde
+            warnings.filterwarnings("ignore", module="nbgrader")
+            rows = assignments.grade(out, submitted=args.submitted, smoke=not args.full)
+    except (FileExistsError, FileNotFoundError, ImportError) as e:  # what the user can fix
+        print(f"tba-lab course {args.action}: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # nbgrader's own failure, with its log
+        print(f"tba-lab course {args.action}: {e}", file=sys.stderr)
+        return 1
     print(assignments.table(rows))
     print(f"wrote {Path(out) / 'grades.csv'}")
     return 0

@@ -150,4 +150,27 @@ def test_course_release_command_writes_the_students_copies(tmp_path):
     assert proc.stdout.split() == [str(tmp_path / "release" / "03_replay_buffer" / "03_replay_buffer.ipynb")]
     proc = subprocess.run([sys.executable, "-m", "tba_lab", "course", "grade", "--out",
                            str(tmp_path)], capture_output=True, text=True)
-    assert proc.returncode == 1 and "no submissions" in proc.stderr
+    assert proc.returncode == 2 and "no submissions" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = subprocess.run([sys.executable, "-m", "tba_lab", "course", "release", "--out",
+                           str(tmp_path), "--only", "03"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--force" in proc.stderr
+
+
+@pytest.mark.slow
+def test_students_copies_run_to_the_end_with_every_exercise_unsolved(course, tmp_path):
+    """What a student meets before solving anything: every checker prints FAIL and returns
+    False, the lesson goes on with the package's own code (about 5 minutes in SMOKE)."""
+    from tba_lab.lab.reproduce import reproduce
+
+    root, written = course
+    flat = tmp_path / "student"
+    flat.mkdir()
+    for path in written:
+        (flat / path.name).write_text(path.read_text())
+    results = reproduce(tmp_path / "out", smoke=True, notebook_dir=flat)
+    assert {r["notebook"]: r["error"] for r in results if not r["ok"]} == {}
+    for path in sorted((tmp_path / "out").glob("*.ipynb")):
+        shown = "".join(o.get("text", "") for c in nbformat.read(path, as_version=4).cells
+                        if c.metadata.get("nbgrader", {}).get("grade") for o in c.get("outputs", []))
+        assert "PASS" not in shown and shown.count("FAIL") >= 2, (path.name, shown[:300])

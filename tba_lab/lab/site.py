@@ -1,0 +1,251 @@
+"""``make site`` (``python -m tba_lab.lab.site``): the course as a static website, built offline.
+
+:func:`build_site` runs the notebooks with the kit's own :func:`~tba_lab.lab.reproduce.reproduce`
+(papermill) and builds a site with mkdocs + mkdocs-jupyter: the README as front page, the ten
+notebooks in order with their outputs and figures, the results page and the rest of ``docs/``.
+In ``out``: ``executed/`` (the executed notebooks, their figures, ``report.md``), ``src/`` (the
+site's source laid out like the repository: ``index.md`` is README.md, links rewritten by
+:func:`rewrite_links`), ``mkdocs.yml`` and ``build.log``, and ``html/``, the site: open
+``html/index.html`` or serve it (``python -m http.server -d runs/site/html``).
+
+Nothing is downloaded, at build time or when a page is viewed: no web fonts, no require.js or
+MathJax, and ipywidgets outputs (their renderer comes from a CDN) are shown as a line of text.
+Each notebook page starts with a note saying how it ran: in full, or in SMOKE (a tiny
+configuration) when its full run takes more than :data:`FULL_MAX_SECONDS` on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import posixpath
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce, write_report
+from tba_lab.paths import REPO_DIR
+
+#: Seconds of each notebook's full run on the 2-core development machine (README.md, "The
+#: course" table: ``tba-lab reproduce``, seed 0, 2026-12-06/07).
+FULL_SECONDS = {"01": 140, "02": 31, "03": 20, "04": 268, "05": 138, "06": 166, "07": 216,
+                "08": 570, "09": 268, "10": 107}
+#: A notebook whose full run takes longer than this (seconds) runs in SMOKE by default.
+FULL_MAX_SECONDS = 180
+_LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")       # [text](target), ![alt](target)
+_FENCE = re.compile(r"(^```.*?^```[^\n]*$)", re.M | re.S)  # fenced code: links left alone
+_WIDGET = "application/vnd.jupyter.widget-view+json"
+# nbconvert's loaders in a notebook page: MathJax (its URL is empty here) and mermaid.js (a CDN
+# import, run only on a page with a mermaid diagram; the course has none): both removed
+_CDN_SCRIPTS = re.compile(r'<script src=""> </script>|<script type="module">'
+                          r'(?:(?!</script>).)*?cdnjs\.cloudflare\.com.*?</script>', re.S)
+
+
+def rewrite_links(text: str, page: str, site_files: set[str], html: bool = False) -> str:
+    """Markdown ``text`` of the repository file ``page`` with its relative links fixed for the site.
+
+    ``page`` and ``site_files`` are paths relative to the repository root ("README.md",
+    "notebooks/01_on_policy_grpo.ipynb", "docs/results/README.md"); ``site_files`` holds every
+    file the site has. A link to one of them is kept, a link to README.md (the front page) goes to
+    ``index.md``; with ``html=True`` (notebooks: mkdocs leaves their links as they are) a page's
+    link becomes its URL, e.g. ``../docs/results/README.md#x`` -> ``../docs/results/index.html#x``.
+    A link to a folder goes to its README.md, index.md or report.md, or its only page. Any other
+    link (source code, a file not on the site) becomes its plain text. External links, anchors
+    and fenced code are left as they are.
+    """
+    base = posixpath.dirname(page)
+
+    def fix(m: re.Match) -> str:
+        bang, label, target = m.groups()
+        path, _, anchor = target.partition("#")
+        if not path or re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", path):  # #anchor, https:, mailto:
+            return m.group(0)
+        found = _site_file(posixpath.normpath(posixpath.join(base, path)), site_files)
+        if found is None:
+            return label
+        rel = posixpath.relpath("index.md" if found == "README.md" else found, base or ".")
+        return f"{bang}[{label}]({_url(rel) if html else rel}{'#' + anchor if anchor else ''})"
+
+    parts = _FENCE.split(text)
+    return "".join(p if i % 2 else _LINK.sub(fix, p) for i, p in enumerate(parts))
+
+
+def _site_file(path: str, site_files: set[str]) -> str | None:
+    """``path`` if the site has it; for a folder, its README.md, index.md, report.md or only page."""
+    if path in site_files:
+        return path
+    pages = sorted(f for f in site_files if posixpath.dirname(f) == path and f.endswith(".md"))
+    for name in ("README.md", "index.md", "report.md"):
+        if f"{path}/{name}" in pages:
+            return f"{path}/{name}"
+    return pages[0] if len(pages) == 1 else None
+
+
+def _url(path: str) -> str:
+    """A page's URL on the site (``use_directory_urls: false``): README.md and index.md ->
+    index.html, other .md and .ipynb -> .html; any other file keeps its name."""
+    head, name = posixpath.split(path)
+    if name in ("README.md", "index.md"):
+        return posixpath.join(head, "index.html")
+    return re.sub(r"\.(md|ipynb)$", ".html", path)
+
+
+def _prepare_notebook(src: Path, dst: Path, page: str, site_files: set[str], note: str) -> None:
+    """Copy an executed notebook for the site: ``note`` as its first cell, links rewritten, widget
+    outputs as text (their renderer would come from a CDN) and no widget state."""
+    import nbformat
+
+    nb = nbformat.read(src, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = rewrite_links(cell.source, page, site_files, html=True)
+        for out in cell.get("outputs", []):
+            if _WIDGET in out.get("data", {}):
+                out["data"] = {"text/plain": "(an interactive ipywidgets control: it works in "
+                                             "JupyterLab, `make lab`, not on this static page)"}
+    nb.metadata.pop("widgets", None)
+    first = nbformat.v4.new_markdown_cell(note)
+    if nb.nbformat_minor < 5:  # cell ids came with nbformat 4.5
+        first.pop("id")
+    nb.cells.insert(0, first)
+    nbformat.write(nb, dst)
+
+
+def _note(stem: str, smoke: bool, seed: int, seconds: float) -> str:
+    """The line at the top of a notebook's page saying how it was executed."""
+    date = datetime.date.today().isoformat()
+    answers = (" The exercise cells show their worked solutions; `make lab` opens copies "
+               "without them.")
+    if not smoke:
+        return (f"> **Executed for this site** on {date}: the full run (`SMOKE = False`), seed "
+                f"{seed}, {seconds:.0f} s. Run it yourself with `make lab`.{answers}")
+    return (f"> **Executed for this site** on {date} with `SMOKE = True`, seed {seed}: a tiny "
+            f"configuration that checks the notebook runs, so the numbers are not the lesson's. "
+            f"The full run takes about {FULL_SECONDS.get(stem[:2], '?')} s on 2 cores: run it "
+            f"yourself with `make lab`.{answers}")
+
+
+def _mkdocs_yml(stems: list[str]) -> str:
+    """The site's mkdocs.yml (paths relative to it): material without web fonts, no directory
+    URLs (the site opens from file:// too), the notebooks shown as executed, no require.js."""
+    import yaml
+
+    nav = [{"Home": "index.md"}, {"Course": [f"notebooks/{s}.ipynb" for s in stems]},
+           {"Results": "docs/results/README.md"}, {"Usage": "docs/usage.md"},
+           {"Design": "docs/design.md"}]
+    jupyter = {"execute": False, "include_source": True, "include": ["*.ipynb"],
+               "include_requirejs": False, "cache": False}
+    cfg = {"site_name": "tba-lab course", "docs_dir": "src", "site_dir": "html",
+           "use_directory_urls": False, "nav": nav,
+           "theme": {"name": "material", "font": False, "features": ["navigation.footer"]},
+           "plugins": ["search", {"mkdocs-jupyter": jupyter}],
+           "validation": {"links": {"not_found": "warn", "unrecognized_links": "warn",
+                                          "anchors": "warn"}}}
+    # heading ids as GitHub makes them ("m = 1" -> "m--1"), which the repository's links use;
+    # superfences: code blocks inside list items, as GitHub shows them
+    return yaml.safe_dump(cfg, sort_keys=False) + (
+        "markdown_extensions:\n- toc:\n    slugify: !!python/object/apply:pymdownx.slugs.slugify "
+        "{kwds: {case: lower}}\n- pymdownx.superfences\n")
+
+
+def broken_links(html_dir: str | Path) -> list[str]:
+    """``"page.html -> target"`` for each local ``href``/``src`` of the built site whose file is
+    missing, and each ``page.html#anchor`` whose page has no element with that id."""
+    html_dir, broken = Path(html_dir), []
+    for page in sorted(html_dir.rglob("*.html")):
+        for ref in re.findall(r'\b(?:href|src)="([^"]*)"', page.read_text(errors="replace")):
+            path, _, anchor = ref.split("?")[0].partition("#")
+            if not path or re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", path):
+                continue  # same page, or external (https:, data:, mailto:)
+            target = html_dir / path.lstrip("/") if path.startswith("/") else page.parent / path
+            if not target.exists() or (anchor and target.suffix == ".html"
+                                       and f'id="{anchor}"' not in target.read_text(errors="replace")):
+                broken.append(f"{page.relative_to(html_dir)} -> {ref}")
+    return broken
+
+
+def build_site(out_dir: str | Path, smoke: bool = False, only: list[str] | None = None,
+               seed: int = 0) -> Path:
+    """Execute the notebooks into ``out_dir/executed`` and build the site in ``out_dir/html``.
+
+    Notebooks run in full when their full run takes at most :data:`FULL_MAX_SECONDS`
+    (:data:`FULL_SECONDS`), in SMOKE otherwise or when ``smoke``; ``only`` keeps the notebooks
+    whose name starts with one of its entries ("01", "02"). Takes about 14 minutes on 2 cores
+    with the defaults (13.4 min, 2026-12-07), 10 to 60 s per notebook in SMOKE. Returns
+    ``html/index.html``.
+
+    Raises:
+        RuntimeError: a notebook failed (named, with ``executed/report.md``), or mkdocs failed.
+        FileNotFoundError: no notebooks match ``only``.
+        ValueError, ImportError: from ``reproduce`` (bad seed, papermill missing).
+    """
+    out = Path(out_dir).resolve()
+    executed, src = out / "executed", out / "src"
+    books = find_notebooks(NOTEBOOK_DIR, only)
+    stems = [b.stem for b in books]
+    runs_smoke = {s: smoke or FULL_SECONDS.get(s[:2], 0) > FULL_MAX_SECONDS for s in stems}
+    results = []
+    for run_smoke in (False, True):
+        group = [s for s in stems if runs_smoke[s] == run_smoke]
+        if group:
+            results += reproduce(executed, smoke=run_smoke, seed=seed, only=group)
+    results.sort(key=lambda r: r["notebook"])
+    write_report(results, executed, smoke=all(runs_smoke.values()))  # both calls in one report
+    failed = [r["notebook"] for r in results if not r["ok"]]
+    if failed:
+        raise RuntimeError(f"{len(failed)} notebook(s) failed: {', '.join(failed)}; no site "
+                           f"built; the errors are in {executed / 'report.md'}")
+
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.copytree(REPO_DIR / "docs", src / "docs")
+    site_files = {"README.md", *(f"notebooks/{s}.ipynb" for s in stems),
+                  *(p.relative_to(src).as_posix() for p in (src / "docs").rglob("*") if p.is_file())}
+    for p in (src / "docs").rglob("*.md"):
+        page = p.relative_to(src).as_posix()
+        p.write_text(rewrite_links(p.read_text(), page, site_files))
+    (src / "index.md").write_text(rewrite_links((REPO_DIR / "README.md").read_text(), "README.md",
+                                                site_files))
+    (src / "notebooks").mkdir()
+    for r in results:
+        stem = Path(r["notebook"]).stem
+        _prepare_notebook(executed / r["notebook"], src / "notebooks" / r["notebook"],
+                          f"notebooks/{r['notebook']}", site_files,
+                          _note(stem, r["parameters"]["SMOKE"], seed, r["seconds"]))
+
+    (out / "mkdocs.yml").write_text(_mkdocs_yml(stems))
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--clean", "-f",
+                           str(out / "mkdocs.yml")], capture_output=True, text=True, cwd=out,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    (out / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"mkdocs build failed ({proc.returncode}); its log: {out / 'build.log'}")
+    for page in (out / "html" / "notebooks").glob("*.html"):
+        page.write_text(_CDN_SCRIPTS.sub("", page.read_text()))
+    problems = [line for line in proc.stderr.splitlines() if line.startswith("WARNING")]
+    problems += [f"broken link: {b}" for b in broken_links(out / "html")]
+    for line in problems:
+        print(line, file=sys.stderr)
+    return out / "html" / "index.html"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line (``make site``, ``python -m tba_lab.lab.site``); returns the exit code."""
+    p = argparse.ArgumentParser(prog="python -m tba_lab.lab.site", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="runs/site", help="output folder (default runs/site)")
+    p.add_argument("--smoke", action="store_true", help="run every notebook in SMOKE (minutes)")
+    p.add_argument("--only", nargs="+", metavar="NN", help="only these notebooks, e.g. 01 02")
+    p.add_argument("--seed", type=int, default=0, help="the notebooks' SEED (default 0)")
+    args = p.parse_args(argv)
+    try:
+        index = build_site(args.out, smoke=args.smoke, only=args.only, seed=args.seed)
+    except (RuntimeError, FileNotFoundError, ValueError, ImportError) as e:
+        print(f"site: {e}", file=sys.stderr)
+        return 1
+    print(f"site: {index} (or serve it: python -m http.server -d {index.parent})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
