@@ -36,7 +36,6 @@ import nbformat
 import psutil
 import pytest
 
-from tba_lab.lab.reproduce import NOTEBOOK_DIR
 from tba_lab.paths import REPO_DIR
 
 CHROMIUM = os.environ.get("TBA_LAB_CHROMIUM", "/usr/bin/chromium")
@@ -187,9 +186,14 @@ def _cmdline(p: psutil.Process) -> list[str]:
 
 
 def _copy_notebooks(dst: Path, budget: int = EXPLORER_BUDGET) -> Path:
-    """``notebooks/`` copied to ``dst`` with SMOKE = True (and the explorer's budget) in each
-    parameters cell, as a student would set it before "Run All"."""
-    shutil.copytree(NOTEBOOK_DIR, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "runs"))
+    """The students' copies (``tba-lab course release``: no solutions, what ``make lab`` opens)
+    in ``dst``, with SMOKE = True (and the explorer's budget) in each parameters cell, as a
+    student would set it before "Run All"."""
+    from tba_lab.lab.assignments import release
+
+    dst.mkdir(parents=True)
+    for path in release(dst.parent / f"{dst.name}_course"):
+        shutil.copy2(path, dst / path.name)
     for path in dst.glob("*.ipynb"):
         nb = nbformat.read(path, as_version=4)
         cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
