@@ -44,9 +44,12 @@ $(STUDENT_DIR): | $(BIN)/.installed
 PORT     ?= 8888
 LAB_ARGS ?=
 LAB_DIR  ?= $(STUDENT_DIR)
+# nbgrader's instructor pages off (its formgrader wants the course folder under the lab's root);
+# a student keeps its Validate button
+NBGRADER_OFF = $(foreach e,formgrader course_list,--ServerApp.jpserver_extensions nbgrader.server_extensions.$(e)=False)
 lab: $(KERNEL) $(STUDENT_DIR)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_DIR) --ServerApp.port=$(PORT) --ServerApp.port_retries=50 \
-		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+		$(NBGRADER_OFF) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # For instructors (nbgrader): the students' copies in $(COURSE)/release (about 10 s), then the
 # grading of $(COURSE)/submitted/<student>/<NN_name>/<NN_name>.ipynb, or of SUBMITTED copied
