@@ -18,7 +18,7 @@ here only says how they are fed. :func:`compute_loss`, which every algorithm's b
 through, adds what every loss logs: ``beta`` and ``behaviour_kl`` (the batch's off-policyness,
 KL(mu || pi_theta) in nats per response). Each algorithm is registered in
 :data:`tba_lab.registry.ALGORITHMS` by its decorator; a new one is a loss unit plus a decorated
-subclass here, or a module of its own (``docs/design.md`` sec. 5 walks through an example).
+subclass here, or a module of its own (``tests/test_extensions.py`` adds one, tested).
 
 | algo | loss | paper |
 |---|---|---|

@@ -7,7 +7,7 @@ A table lists the package modules that hold its built-in entries and imports the
 time it is asked for a name, so importing this module (or :mod:`tba_lab.config`) imports no
 torch; those modules import optional extras (vLLM, Ray) only inside functions.
 
-Adding an extension (worked examples in ``docs/design.md`` sec. 5):
+Adding an extension (worked, tested examples in ``tests/test_extensions.py``):
 
 * in the package: the class, decorated, in a module its table already lists (a loss: its unit
   in ``losses.py`` and its class in ``algorithms.py``), or in a new module whose name you add

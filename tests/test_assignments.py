@@ -1,6 +1,7 @@
 """The course as nbgrader assignments: the students' copies hold no solution, the installed
 package holds none either, and the grading of three made-up submissions scores what it should."""
 import csv
+import os
 import re
 import subprocess
 import sys
@@ -148,6 +149,11 @@ def test_course_release_command_writes_the_students_copies(tmp_path):
                            str(tmp_path), "--only", "03"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(tmp_path / "release" / "03_replay_buffer" / "03_replay_buffer.ipynb")]
+    # an ordinary nbgrader course folder: nbgrader's own commands find the course there
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    listed = subprocess.run([sys.executable, "-m", "nbgrader", "db", "assignment", "list"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert listed.returncode == 0 and "03_replay_buffer (due: None)" in listed.stdout, listed.stderr
     proc = subprocess.run([sys.executable, "-m", "tba_lab", "course", "grade", "--out",
                            str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "no submissions" in proc.stderr

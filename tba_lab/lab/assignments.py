@@ -12,6 +12,7 @@ work; this module only lays out its course folder and reads its gradebook:
     <course>/submitted/<student>/<NN_name>/<NN_name>.ipynb   what students hand in
     <course>/autograded/...                          nbgrader's executed, scored copies
     <course>/gradebook.db                            nbgrader's gradebook (SQLite)
+    <course>/nbgrader_config.py                      so nbgrader's own commands work there
     <course>/grades.csv                              one row per student and exercise
 
 Grading runs each submission headless with ``SMOKE = True`` (papermill's parameter injection),
@@ -32,6 +33,7 @@ from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks
 from tba_lab.paths import REPO_DIR
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+COURSE_ID = "tba-lab"
 
 
 def _nbgrader():
@@ -54,7 +56,7 @@ def _api(course_dir: Path, smoke: bool = True, timeout: int = 900):
     NbGraderAPI, CourseDirectory, Config = _nbgrader()
     config = Config()
     config.CourseDirectory.root = str(course_dir)
-    config.CourseDirectory.course_id = "tba-lab"
+    config.CourseDirectory.course_id = COURSE_ID
     config.Exchange.root = str(course_dir / "exchange")  # unused, but nbgrader probes it
     config.Execute.timeout = timeout  # seconds per cell
     from nbgrader.converters.autograde import Autograde
@@ -104,6 +106,9 @@ def release(course_dir: str | Path = "runs/course", notebook_dir: Path = NOTEBOO
         raise FileExistsError(f"{course / 'release'} exists (students' copies, maybe edited): "
                               "pass --force to overwrite it, or choose another --out")
     books = find_notebooks(notebook_dir, only)
+    course.mkdir(parents=True, exist_ok=True)
+    (course / "nbgrader_config.py").write_text(  # nbgrader's own commands, run in this folder
+        f'c = get_config()  # noqa: F821\nc.CourseDirectory.course_id = "{COURSE_ID}"\n')
     api = _api(course)
     written = []
     for nb in books:
@@ -185,7 +190,7 @@ def scores(course_dir: Path, pairs: list[tuple[str, str]]) -> list[dict]:
     from nbgrader.api import Gradebook
 
     rows = []
-    with Gradebook(f"sqlite:///{Path(course_dir) / 'gradebook.db'}", "tba-lab") as gb:
+    with Gradebook(f"sqlite:///{Path(course_dir) / 'gradebook.db'}", COURSE_ID) as gb:
         for student, assignment in pairs:
             for notebook in gb.find_assignment(assignment).notebooks:
                 sub = gb.find_submission_notebook(notebook.name, assignment, student)
