@@ -102,6 +102,13 @@ def test_check_raises_only_while_nbgrader_grades(monkeypatch, capsys):
     with pytest.raises(AssertionError, match="FAIL 02.tb_loss"):
         check("02.tb_loss", stub)
     assert check("02.tb_loss", solutions()["02.tb_loss"]) is True
+    # the notebook imports the package's own function for its later cells: handing it in fails
+    from tba_lab.losses import vargrad_log_z
+    with pytest.raises(AssertionError, match="FAIL 02.vargrad_log_z"):
+        check("02.vargrad_log_z", vargrad_log_z)
+    monkeypatch.delenv("NBGRADER_EXECUTION")
+    assert check("02.vargrad_log_z", vargrad_log_z) is False
+    assert "write your own" in capsys.readouterr().out
 
 
 def _submission(root: Path, subs: Path, student: str, edit: dict) -> None:

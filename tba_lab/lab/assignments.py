@@ -108,7 +108,8 @@ def release(course_dir: str | Path = "runs/course", notebook_dir: Path = NOTEBOO
     books = find_notebooks(notebook_dir, only)
     course.mkdir(parents=True, exist_ok=True)
     (course / "nbgrader_config.py").write_text(  # nbgrader's own commands, run in this folder
-        f'c = get_config()  # noqa: F821\nc.CourseDirectory.course_id = "{COURSE_ID}"\n')
+        f'c = get_config()  # noqa: F821\nc.CourseDirectory.course_id = "{COURSE_ID}"\n'
+        'c.Execute.timeout = 900  # seconds per cell (nbgrader: 30), as `tba-lab course grade`\n')
     api = _api(course)
     written = []
     for nb in books:
