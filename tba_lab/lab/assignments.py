@@ -34,6 +34,7 @@ from tba_lab.paths import REPO_DIR
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 COURSE_ID = "tba-lab"
+CELL_TIMEOUT = 900  # seconds a grading run may spend in one cell (nbgrader's default: 30)
 
 
 def _nbgrader():
@@ -52,13 +53,13 @@ def _nbgrader():
     return NbGraderAPI, CourseDirectory, Config
 
 
-def _api(course_dir: Path, smoke: bool = True, timeout: int = 900):
+def _api(course_dir: Path, smoke: bool = True):
     NbGraderAPI, CourseDirectory, Config = _nbgrader()
     config = Config()
     config.CourseDirectory.root = str(course_dir)
     config.CourseDirectory.course_id = COURSE_ID
     config.Exchange.root = str(course_dir / "exchange")  # unused, but nbgrader probes it
-    config.Execute.timeout = timeout  # seconds per cell
+    config.Execute.timeout = CELL_TIMEOUT
     from nbgrader.converters.autograde import Autograde
     config.Autograde.autograde_preprocessors = (
         [_injector(smoke)] + list(Autograde.class_traits()["autograde_preprocessors"].default()))
@@ -109,7 +110,7 @@ def release(course_dir: str | Path = "runs/course", notebook_dir: Path = NOTEBOO
     course.mkdir(parents=True, exist_ok=True)
     (course / "nbgrader_config.py").write_text(  # nbgrader's own commands, run in this folder
         f'c = get_config()  # noqa: F821\nc.CourseDirectory.course_id = "{COURSE_ID}"\n'
-        'c.Execute.timeout = 900  # seconds per cell (nbgrader: 30), as `tba-lab course grade`\n')
+        f'c.Execute.timeout = {CELL_TIMEOUT}  # seconds per cell, as `tba-lab course grade`\n')
     api = _api(course)
     written = []
     for nb in books:
