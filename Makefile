@@ -63,7 +63,7 @@ grade: $(BIN)/.installed
 
 # The course as a static website, offline, in runs/site/html (open index.html): runs the notebooks (full if <= 3 min, else SMOKE), about 14 min on 2 cores; e.g. SITE_ARGS=--smoke
 site: $(BIN)/.installed
-	$(BIN)/python -m tba_lab.lab.site --out runs/site $(SITE_ARGS)
+	$(BIN)/tba-lab course site --out runs/site $(SITE_ARGS)
 
 clean:
 	rm -rf $(VENV) runs

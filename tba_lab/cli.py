@@ -244,17 +244,16 @@ def _reproduce(args) -> int:
 
 
 def _course(args) -> int:
-    if args.action == "site":
-        from tba_lab.lab.site import main as site_main
-
-        return site_main(["--out", args.out or "runs/site", "--seed", str(args.seed)]
-                         + ["--smoke"] * args.smoke + (["--only", *args.only] if args.only else []))
     import warnings
 
-    from tba_lab.lab import assignments
+    from tba_lab.lab import assignments, site
 
-    out = args.out or "runs/course"
+    out = args.out or ("runs/site" if args.action == "site" else "runs/course")
     try:
+        if args.action == "site":
+            index = site.build_site(out, smoke=args.smoke, only=args.only, seed=args.seed)
+            print(f"site: {index} (or serve it: python -m http.server -d {index.parent})")
+            return 0
         if args.action == "release":
             for path in assignments.release(out, only=args.only, force=args.force):
                 print(path)
@@ -265,7 +264,7 @@ def _course(args) -> int:
     except (FileExistsError, FileNotFoundError, ImportError) as e:  # what the user can fix
         print(f"tba-lab course {args.action}: {_one_line(e)}", file=sys.stderr)
         return 2
-    except RuntimeError as e:  # nbgrader's own failure, with its log
+    except RuntimeError as e:  # nbgrader's or a notebook's own failure, with where its log is
         print(f"tba-lab course {args.action}: {e}", file=sys.stderr)
         return 1
     print(assignments.table(rows))

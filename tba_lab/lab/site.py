@@ -1,4 +1,4 @@
-"""``make site`` (``python -m tba_lab.lab.site``): the course as a static website, built offline.
+"""``make site`` (``tba-lab course site``): the course as a static website, built offline.
 
 :func:`build_site` runs the notebooks with the kit's own :func:`~tba_lab.lab.reproduce.reproduce`
 (papermill) and builds a site with mkdocs + mkdocs-jupyter: the README as front page, the ten
@@ -15,7 +15,6 @@ configuration) when its full run takes more than :data:`FULL_MAX_SECONDS` on 2 c
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import posixpath
@@ -228,24 +227,3 @@ def build_site(out_dir: str | Path, smoke: bool = False, only: list[str] | None 
     for line in problems:
         print(line, file=sys.stderr)
     return out / "html" / "index.html"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line (``make site``, ``python -m tba_lab.lab.site``); returns the exit code."""
-    p = argparse.ArgumentParser(prog="python -m tba_lab.lab.site", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="runs/site", help="output folder (default runs/site)")
-    p.add_argument("--smoke", action="store_true", help="run every notebook in SMOKE (minutes)")
-    p.add_argument("--only", nargs="+", metavar="NN", help="only these notebooks, e.g. 01 02")
-    p.add_argument("--seed", type=int, default=0, help="the notebooks' SEED (default 0)")
-    args = p.parse_args(argv)
-    try:
-        index = build_site(args.out, smoke=args.smoke, only=args.only, seed=args.seed)
-    except (RuntimeError, FileNotFoundError, ValueError, ImportError) as e:
-        print(f"site: {e}", file=sys.stderr)
-        return 1
-    print(f"site: {index} (or serve it: python -m http.server -d {index.parent})")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
