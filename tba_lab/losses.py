@@ -326,6 +326,25 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
             N % group_size != 0; beta <= 0; unknown reduction; log_z neither 0-dim nor (B,);
             a length that is not > 0.
     """
+    rewards, lengths, log_z = _tb_inputs(logps, ref_logps, rewards, beta, group_size,
+                                         reduction, log_z, lengths)
+    if log_z is None:
+        log_z = vargrad_log_z(logps, ref_logps, rewards, beta, group_size)  # Eq. 4: (B,), detached
+    log_ratio = logps - ref_logps                                           # (N,)
+    residual = log_z.repeat_interleave(group_size) + log_ratio - rewards / float(beta)  # Eq. 3
+    sq = residual ** 2 if lengths is None else residual ** 2 / lengths      # (N,)
+    loss = sq.mean() if reduction == "mean" else sq.sum() if reduction == "sum" else sq  # Eq. 5
+    info = {
+        "log_z": log_z.detach().mean().item(),
+        "residual_abs_mean": residual.detach().abs().mean().item(),
+        "kl": log_ratio.detach().mean().item(),
+    }
+    return loss, info
+
+
+def _tb_inputs(logps, ref_logps, rewards, beta, group_size, reduction, log_z, lengths):
+    """:func:`trajectory_balance_loss`'s argument checks: ``rewards`` and ``lengths`` as
+    tensors in ``logps``'s dtype and a given ``log_z`` as (B,); ValueError as listed there."""
     if reduction not in TB_REDUCTIONS:
         raise ValueError(f"reduction must be one of {TB_REDUCTIONS}, got {reduction!r}")
     rewards = torch.as_tensor(rewards, device=logps.device)
@@ -335,7 +354,6 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
             "non-finite rewards (inf/NaN) passed to trajectory_balance_loss; non-finite rewards "
             "usually mean a broken reward function (e.g. log of 0, a failed parse returning NaN)"
         )
-    rewards = rewards.to(logps.dtype)
     if lengths is not None:
         lengths = torch.as_tensor(lengths, device=logps.device).to(logps.dtype)
         _check_same_shape(logps=logps, lengths=lengths)
@@ -343,32 +361,13 @@ def trajectory_balance_loss(logps: torch.Tensor, ref_logps: torch.Tensor, reward
             raise ValueError("lengths (response lengths in tokens) must all be > 0; a row with "
                              "an empty response has no tokens to average over")
     b = _check_group_layout(logps.shape[0], group_size)
-    if log_z is None:
-        log_z = vargrad_log_z(logps, ref_logps, rewards, beta, group_size)  # (B,), detached
-    else:
-        beta = _check_beta(beta)
+    _check_beta(beta)
+    if log_z is not None:
         if log_z.dim() == 0:
             log_z = log_z.expand(b)
         if tuple(log_z.shape) != (b,):
             raise ValueError(f"log_z must be 0-dim or ({b},) (one per prompt), got {tuple(log_z.shape)}")
-    beta = float(beta)
-    log_ratio = logps - ref_logps                                          # (N,)
-    residual = log_z.repeat_interleave(group_size) + log_ratio - rewards / beta  # (N,)
-    sq = residual ** 2
-    if lengths is not None:
-        sq = sq / lengths                                                  # (N,), token mean
-    if reduction == "mean":
-        loss = sq.mean()
-    elif reduction == "sum":
-        loss = sq.sum()
-    else:
-        loss = sq
-    info = {
-        "log_z": log_z.detach().mean().item(),
-        "residual_abs_mean": residual.detach().abs().mean().item(),
-        "kl": log_ratio.detach().mean().item(),
-    }
-    return loss, info
+    return rewards.to(logps.dtype), lengths, log_z
 
 
 def beta_schedule(step: int, beta_0: float, beta_final: float, anneal_steps: int) -> float:
@@ -537,27 +536,8 @@ def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, re
             advantages not (N,); clip_eps < 0, beta < 0; max_completion_length < 1; N not a
             multiple of ``group_size``.
     """
-    if loss_type not in GRPO_LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {GRPO_LOSS_TYPES}, got {loss_type!r}")
-    if kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
-    if clip_eps < 0:
-        raise ValueError(f"clip_eps must be >= 0, got {clip_eps!r}")
-    if beta < 0:
-        raise ValueError(f"beta must be >= 0, got {beta!r}")
-    _check_same_shape(token_logps=token_logps, behaviour_token_logps=behaviour_token_logps, mask=mask)
-    if ref_token_logps is not None:
-        _check_same_shape(token_logps=token_logps, ref_token_logps=ref_token_logps)
-    if token_logps.dim() != 2:
-        raise ValueError(f"token_logps must be (N, T), got shape {tuple(token_logps.shape)}")
-    n, t = token_logps.shape
-    if tuple(advantages.shape) != (n,):
-        raise ValueError(f"advantages must have shape ({n},), got {tuple(advantages.shape)}")
-    if max_completion_length is None:
-        max_completion_length = t
-    if max_completion_length < 1:
-        raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length!r}")
-
+    n, t = _grpo_inputs(token_logps, behaviour_token_logps, ref_token_logps, advantages, mask,
+                        clip_eps, beta, kl_estimator, loss_type, max_completion_length)
     in_reward = kl_estimator == "k1"
     kl = None
     if ref_token_logps is not None:
@@ -579,7 +559,7 @@ def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, re
     elif loss_type == "bnpo":
         loss = masked_mean(per_token, mask)
     else:  # dr_grpo
-        loss = masked_sum(per_token, mask).sum() / (n * max_completion_length)
+        loss = masked_sum(per_token, mask).sum() / (n * (max_completion_length or t))
 
     with torch.no_grad():
         is_clipped = ((ratio < 1 - clip_eps) & (adv < 0)) | ((ratio > 1 + clip_eps) & (adv > 0))
@@ -589,6 +569,30 @@ def grpo_loss(token_logps: torch.Tensor, behaviour_token_logps: torch.Tensor, re
             "ratio_mean": masked_mean(ratio, mask).item(),
         }
     return loss, info
+
+
+def _grpo_inputs(token_logps, behaviour_token_logps, ref_token_logps, advantages, mask,
+                 clip_eps, beta, kl_estimator, loss_type, max_completion_length) -> tuple[int, int]:
+    """:func:`grpo_loss`'s argument checks; returns (N, T). ValueError as listed there."""
+    if loss_type not in GRPO_LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {GRPO_LOSS_TYPES}, got {loss_type!r}")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
+    if clip_eps < 0:
+        raise ValueError(f"clip_eps must be >= 0, got {clip_eps!r}")
+    if beta < 0:
+        raise ValueError(f"beta must be >= 0, got {beta!r}")
+    _check_same_shape(token_logps=token_logps, behaviour_token_logps=behaviour_token_logps, mask=mask)
+    if ref_token_logps is not None:
+        _check_same_shape(token_logps=token_logps, ref_token_logps=ref_token_logps)
+    if token_logps.dim() != 2:
+        raise ValueError(f"token_logps must be (N, T), got shape {tuple(token_logps.shape)}")
+    n, t = token_logps.shape
+    if tuple(advantages.shape) != (n,):
+        raise ValueError(f"advantages must have shape ({n},), got {tuple(advantages.shape)}")
+    if max_completion_length is not None and max_completion_length < 1:
+        raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length!r}")
+    return n, t
 
 
 def _leave_one_out_mean(x: torch.Tensor, group_size: int) -> torch.Tensor:

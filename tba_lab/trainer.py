@@ -351,185 +351,240 @@ def _signals_held():
 
 def train(cfg: RunConfig, progress: bool = True, stop_event: threading.Event | None = None,
           resume: bool = False) -> dict:
-    """Run one training job (``tba-lab train``); returns the summary dict.
+    """Run one training job (``tba-lab train``, Sec. 3-4); returns the summary dict.
 
-    ``stop_event``: when set (e.g. by a notebook's Stop button while ``train`` runs in a
-    thread), training ends after the current update and saves as at the end of the budget.
-    ``resume``: continue the run whose ``checkpoint.pt`` is in ``cfg.output_dir``
-    (:mod:`tba_lab.checkpoint`): policy, optimizer, step, schedule position, RNG states, buffer
-    and log counters come back; the metrics files continue; the budget (``max_minutes``,
-    ``training.max_steps``) counts the run's whole training time and updates.
-
-    Checkpoints are written every ``training.save_seconds`` seconds and/or
-    ``training.save_steps`` updates, and when the run ends, is interrupted, or stops on an
-    error after at least one update of this process (the summary then holds ``error``: the
-    exception's type and first line); the error is re-raised.
-
-    Warns:
-        UserWarning: one per options section set but not read by this run (``grpo.beta`` with
-            ``algo: tb``; :func:`tba_lab.config.unused_sections`), before anything starts.
+    ``stop_event``: once set (e.g. by a notebook's Stop button), training ends after the
+    current update and saves as at the end of the budget. ``resume``: continue the run whose
+    ``checkpoint.pt`` is in ``cfg.output_dir``; the budget counts its whole training time and
+    updates. Checkpoints: every ``training.save_seconds`` / ``save_steps``, and when the run
+    ends, is interrupted or stops on an error (the summary holds ``error``; it is re-raised).
+    An options section the run does not read (``grpo`` with ``algo: tb``) is a UserWarning.
 
     Raises:
-        KeyboardInterrupt: re-raised after saving everything when interrupted (Ctrl-C or SIGTERM).
-        tba_lab.config.ConfigError: bad input found before anything starts (nothing written),
-            or a resume with another model, algorithm, task or group size or a changed field
-            the checkpoint fixes (:func:`~tba_lab.checkpoint.check_same_run`), or of a finished
-            run with no budget left (:func:`~tba_lab.checkpoint.check_budget_left`).
+        KeyboardInterrupt: Ctrl-C or SIGTERM, re-raised after saving everything.
+        tba_lab.config.ConfigError: bad input (nothing written); a resume of another run or of
+            one with no budget left.
         FileNotFoundError: ``resume`` and no checkpoint in ``cfg.output_dir``.
-        SearcherError: every searcher failed beyond ``async.max_restarts`` (traceback inside).
-        NonFiniteUpdateError: :data:`MAX_NONFINITE_UPDATES` updates in a row had a NaN or
-            infinite loss or gradient norm. A single such update is skipped (no optimizer
-            step, no metrics row; the summary's ``nonfinite_updates`` counts it), so the saved
-            state is the last finite one.
-        FloatingPointError: weights holding NaN or inf were about to be published or saved
-            (:func:`tba_lab.checkpoint.check_finite_weights`; nothing is written).
+        SearcherError: every searcher failed beyond ``async.max_restarts``.
+        NonFiniteUpdateError: :data:`MAX_NONFINITE_UPDATES` updates in a row had a NaN or inf
+            loss or gradient norm (one is skipped: no optimizer step, no metrics row).
+        FloatingPointError: NaN or inf weights about to be published or saved.
     """
-    from tba_lab.models import load_policy
+    where, as_given, cfg, state = _prepare(cfg, resume)  # bad input stops here: nothing written
+    with _trainer_process(cfg):
+        run = _Run(cfg, as_given, where, state, progress)  # policy, buffer, searchers, logs
+        step, tr, log = run.step, cfg.training, run.log
+        try:
+            deadline = run.begin()  # searchers load their models while the trainer evaluates
+            while (time.time() < deadline and not (tr.max_steps and step >= tr.max_steps)
+                   and not (stop_event is not None and stop_event.is_set())):
+                batch = run.feed.next_batch(step)                  # 1. sample (or wait for data)
+                if batch is None:
+                    continue
+                t_ready = time.time()
+                run.set_learning_rate(step)
+                loss, info = compute_loss(run.algorithm, run.policy, batch, run.pad_id, step)  # 2.
+                run.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(  # the policy's; log Z is not clipped
+                    run.policy.parameters(), tr.max_grad_norm or math.inf)
+                finite = run.step_if_finite(loss, grad_norm, step)  # 3. one optimizer update
+                step += 1  # a skipped update still counts: versions advance, sync gets new data
+                if step % cfg.async_.sync_period == 0:             # 4. publish every k updates
+                    run.feed.publish(run.policy, step)
+                if finite:  # a skipped update has no metrics row; lr: as applied
+                    log.update(step, batch, loss.item(), info, float(grad_norm),
+                               run.optimizer.param_groups[0]["lr"], t_ready, len(run.buffer))
+                if log.eval_due():                                 # 5. interim held-out metrics
+                    run.interim_evaluation(step)
+                if run.saver.due(step):                            # 6. resumable checkpoint
+                    run.saver.save(step)
+            run.finish(step)  # checkpoint, searchers stopped, held-out metrics after
+        except KeyboardInterrupt as e:
+            run.interrupted(step, e)
+            raise
+        except Exception as e:  # the run stops on an error: keep what it learned, resumable
+            run.failed(step, e)
+            raise
+        finally:
+            run.close(step)  # no searcher survives; policy/, buffer.pt, logs and summary written
+    return log.summary
+
+
+def _prepare(cfg: RunConfig, resume: bool) -> tuple:
+    """:func:`train`'s checks before anything starts: preflight (ConfigError), a warning per
+    unused options section, the checkpoint to resume (FileNotFoundError, ConfigError) and the
+    placement. Returns (placement, the config as given, the config resolved, checkpoint state
+    or None)."""
     from tba_lab.preflight import preflight
 
-    preflight(cfg)  # bad input stops here: no process started, nothing written
+    preflight(cfg)
     for message in unused_sections(cfg):  # a value the run would ignore without a word
-        warnings.warn(message, stacklevel=2)
+        warnings.warn(message, stacklevel=3)
     state = None
     if resume:
         state = load_checkpoint(cfg.output_dir)
         check_same_run(state["config"], cfg)
         check_budget_left(state, cfg)
     where = placement.plan(cfg)
-    as_given, cfg = cfg, placement.apply(cfg, where)  # threads and reference pass resolved
-    with _trainer_process(cfg):
+    return where, cfg, placement.apply(cfg, where), state  # threads and reference pass resolved
+
+
+class _Run:
+    """What one :func:`train` call holds, and the steps of its loop that are not the algorithm.
+
+    Built in the order the run needs: the policy (and a learned log Z) on
+    ``async.trainer_device``, the task and its held-out split, the replay buffer, AdamW, a
+    resumed checkpoint's state, the searchers' launcher (publishing the starting weights), the
+    reference scorer, the evaluation backend, the :class:`~tba_lab.runlog.RunLog`, the
+    :class:`Feed` and the checkpoint :class:`_Saver`.
+    """
+
+    def __init__(self, cfg: RunConfig, as_given: RunConfig, where, state: dict | None,
+                 progress: bool):
+        from tba_lab.models import load_policy
+
+        self.cfg, self.state = cfg, state
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         device = torch.device(cfg.async_.trainer_device)
-        policy, tokenizer = load_policy(cfg.model.path)
+        self.policy, self.tokenizer = load_policy(cfg.model.path)
+        self.pad_id = self.tokenizer.pad_token_id
         # eval mode throughout, the loss's forward pass included (gradients still flow): with
         # dropout on, a checkpoint that ships it (GPT-2, OPT: 0.1) would score other log-probs
         # than the searchers sampled with, and the same batch differently each time
-        policy.to(device).eval()
-        task, algorithm = make_task(cfg), make_algorithm(cfg)
+        self.policy.to(device).eval()
+        self.task, self.algorithm = make_task(cfg), make_algorithm(cfg)
         with torch.no_grad():  # the algorithm's own parameters (a learned log Z) join the policy
-            for group in algorithm.parameters():
+            for group in self.algorithm.parameters():
                 for p in group["params"]:
                     p.data = p.data.to(device)
-        held_out = task.load("test")
-        buffer = ReplayBuffer(cfg.buffer.capacity_per_prompt, cfg.buffer.recency_prob,
-                              cfg.buffer.inv_temp, seed=cfg.seed,
-                              max_prompts=cfg.buffer.max_prompts or None, dedup=cfg.buffer.dedup)
+        self.held_out = self.task.load("test")
+        b = cfg.buffer
+        self.buffer = ReplayBuffer(b.capacity_per_prompt, b.recency_prob, b.inv_temp,
+                                   seed=cfg.seed, max_prompts=b.max_prompts or None, dedup=b.dedup)
         tr = cfg.training
-        optimizer = torch.optim.AdamW(
-            [{"params": list(policy.parameters()), "base_lr": tr.learning_rate},
-             *algorithm.parameters()], lr=tr.learning_rate, weight_decay=tr.weight_decay)
-        step = 0
+        self.optimizer = torch.optim.AdamW(
+            [{"params": list(self.policy.parameters()), "base_lr": tr.learning_rate},
+             *self.algorithm.parameters()], lr=tr.learning_rate, weight_decay=tr.weight_decay)
+        self.step = 0
         if state is not None:
-            step = _restore(state, policy, optimizer, algorithm, buffer)
-        start_step = step
+            self.step = _restore(state, self.policy, self.optimizer, self.algorithm, self.buffer)
+        self.start_step = self.step
         launcher_cfg = cfg if state is None else replace(  # new searcher seeds after a resume
             cfg, seed=cfg.seed + 100_003 * (state["log"]["summary"].get("resumes", 0) + 1))
+        needs_reference = self.algorithm.needs_reference()
         score_reference = None  # None: no loss reads reference log-probs
-        if algorithm.needs_reference():
+        if needs_reference:
             score_reference = ReferenceScorer(
-                lambda: load_policy(cfg.model.path)[0].to(device).eval(), tokenizer.pad_token_id,
+                lambda: load_policy(cfg.model.path)[0].to(device).eval(), self.pad_id,
                 cfg.model.temperature, load_now=cfg.async_.reference_pass == "trainer")
-        launcher = make_launcher(launcher_cfg, policy, algorithm.needs_reference()
-                                 and cfg.async_.reference_pass == "searcher")
-        launcher.publish(policy, step)  # searchers start from the resumed weights, tagged `step`
-        eval_backend = _eval_backend(cfg, policy, tokenizer)
-        log = RunLog(as_given, progress, resume=None if state is None else state["log"])  # config.yaml as given
-        log.placement(where, placement.describe(where, algorithm.needs_reference()))
-        feed = Feed(cfg, launcher, buffer, log, score_reference)
-        saver = _Saver(cfg, policy, optimizer, algorithm, buffer, log)
+        self.launcher = make_launcher(launcher_cfg, self.policy, needs_reference
+                                      and cfg.async_.reference_pass == "searcher")
+        self.launcher.publish(self.policy, self.step)  # searchers start from these weights
+        self.eval_backend = _eval_backend(cfg, self.policy, self.tokenizer)
+        self.log = RunLog(as_given, progress, resume=None if state is None else state["log"])
+        self.log.placement(where, placement.describe(where, needs_reference))
+        self.feed = Feed(cfg, self.launcher, self.buffer, self.log, score_reference)
+        self.saver = _Saver(cfg, self.policy, self.optimizer, self.algorithm, self.buffer, self.log)
+        self.snapshots = []  # (step, wall seconds, CPU weights) when task.defer_interim_eval
+        self.nonfinite_run = 0  # updates skipped in a row (MAX_NONFINITE_UPDATES stops the run)
 
-        def held_out_metrics(step: int, n: int, when: str, wall: float | None = None) -> None:
-            t0 = time.time()
-            policy.eval()
-            eval_backend.load_weights(policy.named_parameters())  # a no-op when it wraps the policy
-            metrics = evaluate(task, eval_backend, held_out[:n], cfg.model.max_new_tokens)
-            log.evaluation(step, metrics, min(n, len(held_out)), when, time.time() - t0, wall)
+    def held_out_metrics(self, step: int, n: int, when: str, wall: float | None = None) -> None:
+        """Evaluate the policy on the first ``n`` held-out problems and log it as ``when``."""
+        t0 = time.time()
+        self.policy.eval()
+        self.eval_backend.load_weights(self.policy.named_parameters())  # no-op if it wraps it
+        metrics = evaluate(self.task, self.eval_backend, self.held_out[:n],
+                           self.cfg.model.max_new_tokens)
+        self.log.evaluation(step, metrics, min(n, len(self.held_out)), when, time.time() - t0,
+                            wall)
 
-        snapshots = []  # (step, wall seconds, CPU weights) when task.defer_interim_eval
+    def begin(self) -> float:
+        """Start the searchers, evaluate the starting policy; returns the budget's deadline
+        (``time.time()`` seconds)."""
+        self.feed.start()
+        if self.state is None:
+            self.saver.forget_previous_run()
+        if self.state is None or (self.step == 0 and "eval_seconds_before" not in self.log.summary):
+            # (a run stopped during its first evaluation still has the starting policy)
+            self.held_out_metrics(0, self.cfg.task.eval_size, "before")
+        deadline = self.log.start_clock() + 60 * self.cfg.max_minutes
+        self.saver.start_clock(self.step)
+        return deadline
 
-        try:
-            feed.start()  # searchers load their models while the trainer evaluates
-            if state is None:
-                saver.forget_previous_run()
-            if state is None or (step == 0 and "eval_seconds_before" not in log.summary):
-                # (a run stopped during its first evaluation still has the starting policy)
-                held_out_metrics(0, cfg.task.eval_size, "before")
-            deadline = log.start_clock() + 60 * cfg.max_minutes
-            saver.start_clock(step)
-            nonfinite_run = 0  # updates skipped in a row (MAX_NONFINITE_UPDATES stops the run)
-            while (time.time() < deadline and not (tr.max_steps and step >= tr.max_steps)
-                   and not (stop_event is not None and stop_event.is_set())):
-                batch = feed.next_batch(step)                      # 1. sample (or wait for data)
-                if batch is None:
-                    continue
-                t_ready = time.time()
-                factor = lr_factor(cfg, step, log.elapsed())
-                for group in optimizer.param_groups:
-                    group["lr"] = group["base_lr"] * factor
-                loss, info = compute_loss(algorithm, policy, batch, tokenizer.pad_token_id, step)  # 2.
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(  # the policy's; log Z is not clipped
-                    policy.parameters(), tr.max_grad_norm or math.inf)
-                finite = finite_update(loss, grad_norm, optimizer)
-                if finite:
-                    optimizer.step()                               # 3. one optimizer update
-                    nonfinite_run = 0
-                else:  # a NaN/inf gradient passes clip_grad_norm_ and AdamW into every weight
-                    nonfinite_run += 1
-                    log.skipped_update(step + 1, loss.item(), float(grad_norm))
-                    if nonfinite_run >= MAX_NONFINITE_UPDATES:
-                        raise NonFiniteUpdateError(
-                            f"{nonfinite_run} updates in a row (up to step {step + 1}) had a NaN "
-                            f"or infinite loss or gradient norm and were skipped; the run stopped "
-                            f"and saved its last finite weights. Fix: lower "
-                            f"training.learning_rate, set training.max_grad_norm, or check the "
-                            f"task's rewards and the backend's log-probs")
-                step += 1  # a skipped update still counts: versions advance, sync gets new data
-                if step % cfg.async_.sync_period == 0:             # 4. publish every k updates
-                    feed.publish(policy, step)
-                if finite:  # a skipped update has no metrics row (a warning and a counter)
-                    log.update(step, batch, loss.item(), info, float(grad_norm),  # lr: as applied
-                               optimizer.param_groups[0]["lr"], t_ready, len(buffer))
-                if log.eval_due():                                 # 5. interim held-out metrics
-                    if cfg.task.defer_interim_eval:  # a copy now, its evaluation after the budget
-                        snapshots.append((step, round(log.elapsed(), 1), cpu_state_copy(policy)))
-                        log.next_eval_from_now()
-                    else:
-                        held_out_metrics(step, cfg.task.interim_eval_size, "interim")
-                if saver.due(step):                                # 6. resumable checkpoint
-                    saver.save(step)
-            saver.save(step)
-            log.stop_clock()  # before the searchers stop
-            launcher.stop()
-            evaluate_weight_copies(policy, snapshots, lambda s, wall: held_out_metrics(
-                s, cfg.task.interim_eval_size, "interim", wall))
-            held_out_metrics(step, cfg.task.eval_size, "after")
-        except KeyboardInterrupt as e:
-            log.summary["interrupted"] = True
-            # the interrupted frames below this one (a publish, a pull of a message) may hold
-            # the shared weights; a notebook keeps the traceback (sys.last_traceback), which
-            # would keep them mapped after the run: their locals go, the traceback stays
-            traceback.clear_frames(e.__traceback__)
-            saver.save(step)
-            raise
-        except Exception as e:  # the run stops on an error: keep what it learned, resumable
-            log.summary["error"] = f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
-            if step > start_step:  # nothing new before the first update (and a failed start
-                try:               # must not replace the checkpoint of an earlier run)
-                    saver.save(step)
-                except Exception as save_error:  # never hide the run's own error
-                    print(f"warning: could not write checkpoint.pt after the error: {save_error}")
-            raise
-        finally:
-            with _signals_held():  # a second Ctrl-C / SIGTERM must not cut the saving short
-                launcher.stop()  # idempotent; no searcher survives the trainer
-                try:
-                    _save_policy_and_buffer(log.out, policy, tokenizer, buffer)
-                finally:  # the logs and summary are written even if saving the model fails
-                    log.close(step, algorithm.summary())
-    return log.summary
+    def set_learning_rate(self, step: int) -> None:
+        """Each parameter group's rate: its base rate times :func:`lr_factor`."""
+        factor = lr_factor(self.cfg, step, self.log.elapsed())
+        for group in self.optimizer.param_groups:
+            group["lr"] = group["base_lr"] * factor
+
+    def step_if_finite(self, loss: torch.Tensor, grad_norm: torch.Tensor, step: int) -> bool:
+        """``optimizer.step()`` if :func:`finite_update`, else skip and log the update (a
+        NaN/inf gradient passes clip_grad_norm_ and AdamW into every weight); returns whether
+        it stepped. Raises NonFiniteUpdateError at MAX_NONFINITE_UPDATES skips in a row."""
+        if finite_update(loss, grad_norm, self.optimizer):
+            self.optimizer.step()
+            self.nonfinite_run = 0
+            return True
+        self.nonfinite_run += 1
+        self.log.skipped_update(step + 1, loss.item(), float(grad_norm))
+        if self.nonfinite_run >= MAX_NONFINITE_UPDATES:
+            raise NonFiniteUpdateError(
+                f"{self.nonfinite_run} updates in a row (up to step {step + 1}) had a NaN or "
+                f"infinite loss or gradient norm and were skipped; the run stopped and saved its "
+                f"last finite weights. Fix: lower training.learning_rate, set "
+                f"training.max_grad_norm, or check the task's rewards and the backend's log-probs")
+        return False
+
+    def interim_evaluation(self, step: int) -> None:
+        """Interim held-out metrics now, or (``task.defer_interim_eval``) a weight copy
+        evaluated after the budget."""
+        if self.cfg.task.defer_interim_eval:
+            self.snapshots.append((step, round(self.log.elapsed(), 1), cpu_state_copy(self.policy)))
+            self.log.next_eval_from_now()
+        else:
+            self.held_out_metrics(step, self.cfg.task.interim_eval_size, "interim")
+
+    def finish(self, step: int) -> None:
+        """The budget is spent: checkpoint, stop the clock and the searchers, evaluate the
+        deferred weight copies and the final policy."""
+        self.saver.save(step)
+        self.log.stop_clock()  # before the searchers stop
+        self.launcher.stop()
+        evaluate_weight_copies(self.policy, self.snapshots, lambda s, wall: self.held_out_metrics(
+            s, self.cfg.task.interim_eval_size, "interim", wall))
+        self.held_out_metrics(step, self.cfg.task.eval_size, "after")
+
+    def interrupted(self, step: int, e: KeyboardInterrupt) -> None:
+        """Ctrl-C or SIGTERM: mark the summary and checkpoint."""
+        self.log.summary["interrupted"] = True
+        # the interrupted frames below train's (a publish, a pull of a message) may hold the
+        # shared weights; a notebook keeps the traceback (sys.last_traceback), which would
+        # keep them mapped after the run: their locals go, the traceback stays
+        traceback.clear_frames(e.__traceback__)
+        self.saver.save(step)
+
+    def failed(self, step: int, e: Exception) -> None:
+        """An error stops the run: the summary names it, and what it learned is checkpointed
+        (not before the first update of this process: a failed start must not replace the
+        checkpoint of an earlier run)."""
+        self.log.summary["error"] = f"{type(e).__name__}: {(str(e).strip() or '-').splitlines()[0]}"
+        if step > self.start_step:
+            try:
+                self.saver.save(step)
+            except Exception as save_error:  # never hide the run's own error
+                print(f"warning: could not write checkpoint.pt after the error: {save_error}")
+
+    def close(self, step: int) -> None:
+        """Always, last: stop the searchers and write policy/, buffer.pt, the logs and the
+        summary; a second Ctrl-C / SIGTERM cannot cut this short."""
+        with _signals_held():
+            self.launcher.stop()  # idempotent
+            try:
+                _save_policy_and_buffer(self.log.out, self.policy, self.tokenizer, self.buffer)
+            finally:  # the logs and summary are written even if saving the model fails
+                self.log.close(step, self.algorithm.summary())
 
 
 def cpu_state_copy(policy) -> dict[str, torch.Tensor]:
