@@ -1,16 +1,26 @@
-# Sourced (from the repository root) by bench/gpu_check.sh and bench/scaling_check.sh: the
-# interpreter (PYTHON, else .venv/bin/python, else python3), the repository on PYTHONPATH
-# (nothing is installed), Hugging Face offline, unbuffered output (a run stopped at its limit
-# still leaves its output in the log), and no allocator setting that CUDA IPC cannot export
-# (expandable segments; tba_lab/actors/weights.py refuses them). CHECK names the caller in what
-# it prints.
+# Sourced from the repository root by the bench/*.sh checks, with the caller's arguments: -h or
+# --help prints the caller's header comment; else the interpreter (PYTHON, else .venv/bin/python,
+# else python3), the repository on PYTHONPATH (nothing is installed), Hugging Face offline,
+# unbuffered output (a check stopped at its limit still leaves its log) and no allocator setting
+# that CUDA IPC cannot export (expandable segments; tba_lab/actors/weights.py refuses them).
+case "${1:-}" in -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0;; esac
 if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHON PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export PYTHONUNBUFFERED=1
 for v in PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF; do
-  [ -n "${!v:-}" ] && echo "${CHECK:-bench}: $v=${!v} was set; unset for this check"
+  [ -n "${!v:-}" ] && echo "$(basename "$0"): $v=${!v} was set; unset for this check"
   unset "$v"
 done
+
+# limited NAME LIMIT_S KILL_S OUT_DIR CMD...: CMD under `timeout` (SIGTERM at LIMIT_S, SIGKILL
+# KILL_S later), its output also in OUT_DIR/NAME.log; returns CMD's exit code
+limited() {
+  local name="$1" limit="$2" kill="$3" out="$4" rc; shift 4
+  mkdir -p "$out"
+  timeout -k "$kill" "$limit" "$@" 2>&1 | tee "$out/$name.log"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 124 ] && echo "$name: stopped at the ${limit}-s limit; partial results in $out"
+  return "$rc"
+}

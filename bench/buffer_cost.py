@@ -1,24 +1,13 @@
-"""What the replay buffer's ``add`` and ``sample`` cost, for this checkout and, side by side,
-another commit's (a git worktree made and removed here).
+"""Cost of ReplayBuffer.add and sample, a script because it times two git checkouts, not a run.
+
+This checkout's and, side by side, another commit's (a git worktree, made and removed here).
 
 Each checkout fills a buffer (capacity 64 per prompt, m = 0.5, inv_temp 1) with 50 batches of
 64 rollouts (8 prompts x 8, 16 prompt and 64 response tokens), then draws ``sample(8, 8)``;
-times are the median of 7 repeats, in microseconds per call. ``add`` stores copies of the
-caller's rollouts; the trainer hands its rows over with ``copy=False`` (also timed).
+times are the median of 7 repeats, in microseconds per call, of ``add`` (which copies the
+caller's rollouts), ``add(copy=False)`` (the trainer's hand-over) and ``sample``.
 
-    python bench/buffer_cost.py [--other COMMIT]
-
-About 20 s on 2 cores. Prints one line per checkout.
-
-Result (2026-12-06, 2 CPU cores, ``--other 25455bf``, the commit before ``add`` copied and each
-reward-mode draw took a softmax of the items left), two alternations:
-
-| checkout | add | add, copy=False | sample(8, 8) |
-|---|---|---|---|
-| 25455bf | 338, 344 us | (no such option) | 403, 382 us |
-| this | 419, 421 us | 335, 351 us | 531, 556 us |
-
-Against a CPU update of about 0.3 s, the sampler's extra 0.15 ms is 0.05%.
+    python bench/buffer_cost.py [--other COMMIT]      (about 20 s on 2 cores; docs/log.md)
 """
 from __future__ import annotations
 

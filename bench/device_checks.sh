@@ -1,48 +1,29 @@
 #!/usr/bin/env bash
-# The ONE command for a GPU machine (one H200, 16 cores, no network): every device check of the
-# project in under 9 minutes, each part with its own `timeout`, a failing part never stopping the
-# next:
-#   1. wheels: papermill, ipykernel and what they need that the machine lacks, from .whl/ (made
-#      here, never committed) into /tmp/site (used by part 4 only);
-#   2. bench/gpu_check.sh --run-seconds 30 --budget 110 (CUDA IPC, sync latency, log-prob
-#      agreement, a 30-s async run; about 80 s, at most 150 s);
-#   3. bench/scaling_check.sh (async TBA with 1-8 searchers against sync TB / GRPO, on the GPU and
-#      on CPU processes), with a --deadline of what is left after leaving part 4 its time;
-#   4. notebook 10 (notebooks/10_multi_gpu.ipynb) through papermill (kernel python3) with
-#      SMOKE=True, USE_SOLUTIONS=True, so its GPU branch runs (trainer and searchers on cuda:0;
-#      about 90 s, at most 130 s).
+# Every device check in one command, a script because only a GPU machine (one H200, 16 cores, no
+# network) runs it: under 9 minutes, each part under its own `timeout`, a failing part never
+# stopping the next: 1. wheels (papermill, ipykernel) from .whl/ into /tmp/site, for part 4;
+# 2. bench/gpu_check.sh; 3. bench/scaling_check.sh with a --deadline of what part 4 leaves;
+# 4. notebook 10 through papermill with SMOKE=True, USE_SOLUTIONS=True (its GPU branch).
 #
-#   bench/device_checks.sh [OUT_DIR]     (OUT_DIR: the first argument, else $OUT, else runs/device_checks)
-#   DRY=1 bench/device_checks.sh /tmp/dc (CPU dry run: the CPU dry runs of parts 2 and 3, the
-#                                         notebook in SMOKE on the CPU; a few minutes on 2 cores)
+#   bench/device_checks.sh [OUT_DIR]     (the first argument, else $OUT, else runs/device_checks)
+#   DRY=1 bench/device_checks.sh /tmp/dc (CPU dry run of every part; a few minutes on 2 cores)
 #
-# Writes at most 7 files in OUT_DIR: device_checks.md (each part's status, seconds, the key
-# results), gpu_check.md/.json, scaling_check.md/.json, 10_multi_gpu.ipynb (executed) and
-# device_checks_logs.tgz (every log, gpu_check's async run logs, scaling_runs.tgz, the notebook's
-# metrics.json and figures, the environment). Settings (environment): PYTHON (default python3,
-# or .venv/bin/python in a dry run), PARTS (default "wheels gpu_check scaling nb10"), TOTAL
-# (seconds for everything, default 540), DRY=1, WHEELS=1 (install the wheels even when papermill
-# is already importable), SCALING_ARGS (more flags for scaling_check.sh, e.g. "--legs ...").
+# Writes at most 7 files in OUT_DIR: device_checks.md (each part's status, seconds, notes),
+# gpu_check.md/.json, scaling_check.md/.json, 10_multi_gpu.ipynb and device_checks_logs.tgz (the
+# logs, the notebook's metrics and figures). Environment: PYTHON, PARTS (default "wheels
+# gpu_check scaling nb10"), TOTAL (seconds, 540), DRY=1, WHEELS=1 (install even when papermill
+# imports), SCALING_ARGS (more scaling flags).
 set -u
-if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
-  exit 0
-fi
 cd "$(dirname "$0")/.."
 REPO="$PWD"
+DRY="${DRY:-0}"
+[ "$DRY" = 1 ] || PYTHON="${PYTHON:-python3}"
+source bench/_env.sh "$@"
 OUT_DIR="${1:-${OUT:-runs/device_checks}}"
 mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
-DRY="${DRY:-0}"
 TOTAL="${TOTAL:-540}"
 PARTS="${PARTS:-wheels gpu_check scaling nb10}"
-if [ -z "${PYTHON:-}" ]; then
-  if [ "$DRY" = 1 ] && [ -x .venv/bin/python ]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
-fi
-export PYTHON  # gpu_check.sh and scaling_check.sh use it
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export PYTHONUNBUFFERED=1
-unset PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF  # CUDA IPC refuses expandable segments
 T0=$(date +%s)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/device_checks.XXXXXX")"  # run folders and logs; removed at the end
 LOGS="$WORK/logs"
@@ -105,22 +86,14 @@ collect() {
   cp "$WORK/scaling/scaling_check.md" "$WORK/scaling/scaling_check.json" "$OUT_DIR/" 2>/dev/null
   cp "$WORK/10_multi_gpu.ipynb" "$OUT_DIR/" 2>/dev/null
   {
-    echo "# Device checks ($([ "$DRY" = 1 ] && echo 'CPU dry run' || (nvidia-smi -L 2>/dev/null | head -1 | cut -d'(' -f1)))"
-    echo
-    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(elapsed) s in all (limit $TOTAL s). Python: $PYTHON."
-    echo
-    echo "| part | rc | seconds | note |"
-    echo "|---|---|---|---|"
+    printf '# Device checks (%s)\n\n' "$([ "$DRY" = 1 ] && echo 'CPU dry run' || nvidia-smi -L 2>/dev/null | head -1 | cut -d'(' -f1)"
+    printf '%s, %s cores, %s s in all (limit %s s). Python: %s.\n\n| part | rc | seconds | note |\n|---|---|---|---|\n' \
+      "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" "$(elapsed)" "$TOTAL" "$PYTHON"
     printf '%s\n' "${ROWS[@]}"
-    echo
     if [ -f "$WORK/nb10/metrics.json" ]; then
-      echo "Notebook 10's metrics.json (device \"cuda\" = its GPU branch ran):"
-      echo
-      echo '```'
-      cat "$WORK/nb10/metrics.json"
-      echo '```'
+      printf '\nNotebook 10 metrics.json (device "cuda" = its GPU branch ran):\n\n```\n%s\n```\n' "$(cat "$WORK/nb10/metrics.json")"
     elif wanted nb10; then
-      echo "Notebook 10 wrote no metrics.json (see nb10.log in device_checks_logs.tgz)."
+      printf '\nNotebook 10 wrote no metrics.json (see nb10.log in device_checks_logs.tgz).\n'
     fi
     for f in gpu_check scaling; do
       [ -f "$LOGS/$f.log" ] && grep -q -E "Traceback|Error|failed" "$LOGS/$f.log" && {
@@ -163,11 +136,8 @@ fi
 
 # ---------------------------------------------------------------- 2. the GPU check
 if wanted gpu_check; then
-  if [ "$DRY" = 1 ]; then
-    run gpu_check 240 "CPU dry run" bash bench/gpu_check.sh "$WORK/gpu_check" --cpu-dry-run
-  else
-    run gpu_check 150 "--run-seconds 30 --budget 110" bash bench/gpu_check.sh "$WORK/gpu_check" --run-seconds 30 --budget 110
-  fi
+  if [ "$DRY" = 1 ]; then flags=(--cpu-dry-run) limit=240; else flags=(--run-seconds 30 --budget 110) limit=150; fi
+  run gpu_check $limit "${flags[*]}" bash bench/gpu_check.sh "$WORK/gpu_check" "${flags[@]}"
 fi
 
 # ---------------------------------------------------------------- 3. the scaling check

@@ -1,47 +1,33 @@
-"""The prepared GPU check: the CUDA weight channel, sync latency, log-prob agreement and a short
-asynchronous TBA run with the trainer and searchers on one GPU. Run it through
-``bench/gpu_check.sh [OUT_DIR]`` (at most 5 minutes; needs only torch and transformers).
+"""GPU check, a script because only a GPU machine runs it: weight channel, log-probs, async run.
+
+The CUDA weight channel, sync latency, log-prob agreement and a short async TBA run with the
+trainer and searchers on one GPU, through ``bash bench/gpu_check.sh [OUT_DIR]`` (at most 5
+minutes, torch and transformers only); without CUDA a CPU dry run of the same code (a test).
 
 Parts (each in its own try/except, so one failure still leaves the others' results):
 
-a. ``ipc_round_trip``: the trainer's embedded policy goes through
-   :class:`tba_lab.actors.weights.FlatWeights` to two spawned searcher-like children (each
-   narrows ``CUDA_VISIBLE_DEVICES`` to the trainer GPU's UUID first, as searchers do). 100
-   versions with new random values; both children check every value exactly; GPU memory
-   (``torch.cuda.memory_allocated`` in both processes, ``mem_get_info`` for the device) is
-   compared between the first and the last sync.
-b. ``sync_latency``: a Qwen2-0.5B-shaped model (random weights, bf16, built offline from
-   ``Qwen2Config``) published by the parent and pulled by a child whose own copy of that model
-   is bound to the channel (``FlatWeights.bind``, as a searcher binds its policy: the pull is
-   one device copy into the model's parameters, and there is no ``load_weights``), 50 timed
-   syncs: median and p90 of publish, pull and their sum (goal: under 2 ms), and, for
-   comparison, the publish path before the views were made once (``Layout.pack``: fresh views
-   every time). Also, in-process on the CPU, the embedded model through ``SharedWeights`` and
-   ``FlatWeights``, publish + bound pull.
-c. ``logprob_agreement``: the trainer's policy, changed a little, is published; a child binds
-   its ``TransformersBackend``'s policy to the channel, pulls (the pull is the load) and
-   samples; the trainer scores the same responses with ``response_logprobs``. Max absolute
-   difference of per-token log-probs (float32 model).
-d. ``async_run``: ``tba_lab.trainer.train`` for 2 minutes with 3 searchers, trainer and
-   searchers on the GPU (``async.trainer_device: cuda:0``, ``searcher_devices: [cuda:0]``):
-   updates/min, samples/min, staleness, and the trainer busy fraction = update time / (update
-   + wait time) from ``metrics.jsonl`` (updates after the first; the first waits for the
-   initial fill), goal >= 0.9.
+a. ``ipc_round_trip``: the policy through :class:`tba_lab.actors.weights.FlatWeights` to two
+   spawned searcher-like children (each narrowing ``CUDA_VISIBLE_DEVICES`` to the trainer's GPU
+   first), 100 versions of random values checked exactly by both; GPU memory flat.
+b. ``sync_latency``: a Qwen2-0.5B-shaped bf16 model published by the parent and pulled by a child
+   whose own copy is bound to the channel (the pull is one device copy), 50 timed syncs (goal:
+   publish + pull under 2 ms).
+c. ``logprob_agreement``: a child samples from the published policy; the trainer scores the same
+   responses with ``response_logprobs``; max absolute difference per token (float32).
+d. ``async_run``: ``tba_lab.trainer.train`` for 2 minutes with 3 searchers, all on ``cuda:0``;
+   :func:`_common.leg_metrics`'s rates, staleness and trainer busy fraction (goal >= 0.9).
 
-Without CUDA (or with ``--cpu-dry-run`` / ``GPU_CHECK_CPU_DRY_RUN=1``) the same code runs on
-the CPU with a small Qwen2 shape, 2 searchers and a run of 6 updates of small batches (B = K = 4,
-24 new tokens; at most 90 seconds), in about a minute on a 2-core machine, and
-writes the same keys with ``"device": "cpu"``. Outputs: ``gpu_check.json`` and
-``gpu_check.md`` in the output folder (rewritten after every part).
+The dry run: a small Qwen2 shape, 2 searchers, 6 updates of B = K = 4 (a minute on 2 cores).
+Writes ``gpu_check.json`` and ``gpu_check.md`` (rewritten after every part).
 """
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -49,8 +35,10 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH.parent), str(BENCH)]  # the kit (nothing installed), bench/_common.py
 
+PARTS = ("ipc_round_trip", "sync_latency", "logprob_agreement", "async_run")
 QWEN_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                 num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
                 tie_word_embeddings=True)
@@ -70,6 +58,20 @@ def expected(named, seed: int) -> list[torch.Tensor]:
     """What :func:`fill` with ``seed`` puts into parameters of these names, shapes and dtypes."""
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(t.shape, generator=g).to(t.dtype) for _, t in named]
+
+
+def qwen(shape: dict, dtype: str, device: str):
+    """A ``Qwen2ForCausalLM`` of ``shape`` (``Qwen2Config`` fields) with random weights, its
+    parameters of ``dtype`` (a torch dtype's name), built on ``device``, in eval mode."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))
+    try:
+        with torch.device(device):
+            return Qwen2ForCausalLM(Qwen2Config(**shape)).eval()
+    finally:
+        torch.set_default_dtype(old)
 
 
 def _mem() -> int | None:
@@ -100,15 +102,7 @@ def child(rank: int, channels: dict, visible: str | None, model_path: str, comma
                              str(new[0][1].device) if new else None))
             elif cmd[0] == "bind":  # a model of this shape on this device, bound to the channel
                 _, name, shape, dtype = cmd
-                from transformers import Qwen2Config, Qwen2ForCausalLM
-
-                old = torch.get_default_dtype()
-                torch.set_default_dtype(getattr(torch, dtype))
-                try:
-                    with torch.device(device):
-                        bound[name] = Qwen2ForCausalLM(Qwen2Config(**shape)).eval()
-                finally:
-                    torch.set_default_dtype(old)
+                bound[name] = qwen(shape, dtype, device)
                 channels[name].bind(bound[name])
                 have[name] = -1  # the model holds its own values until the next pull
                 results.put(("bind", rank, sum(p.numel() for p in bound[name].parameters())))
@@ -152,14 +146,9 @@ class Children:
             p.start()
 
     def ask(self, cmd, ranks, timeout: float) -> list:
-        """Send ``cmd`` to the children ``ranks``; their replies, by rank.
-
-        Raises:
-            RuntimeError: a child replied with an error, or died (checked every second, so a
-                child that crashed opening the IPC handle costs about a second, not
-                ``timeout``; later asks of a dead child fail at once), or ``timeout`` seconds
-                passed without every reply.
-        """
+        """Send ``cmd`` to the children ``ranks``; their replies, by rank. RuntimeError if a
+        child replied with an error, died (checked every second: a crash opening the IPC handle
+        costs a second, not ``timeout``) or ``timeout`` seconds passed without every reply."""
         import queue
 
         dead = [r for r in ranks if not self.procs[r].is_alive()]
@@ -204,9 +193,8 @@ def _stats(seconds: list[float]) -> dict:
 
 # ----------------------------------------------------------------------------- the parts
 def part_round_trip(ctx: dict, syncs: int = 100) -> dict:
-    tiny, kids, device = ctx["tiny"], ctx["children"], ctx["device"]
-    policy = ctx["policy"]
-    t = ctx["timeout"]
+    tiny, kids, device, policy, t = (ctx[k] for k in ("tiny", "children", "device", "policy",
+                                                      "timeout"))
     cuda = device.startswith("cuda")
     mem_before = _mem()
     free_before = torch.cuda.mem_get_info()[0] if cuda else None
@@ -221,8 +209,7 @@ def part_round_trip(ctx: dict, syncs: int = 100) -> dict:
         devices.add(got[0][5])
         if v == 1:
             mem_before, free_before = _mem(), (torch.cuda.mem_get_info()[0] if cuda else None)
-    mem_after = _mem()
-    free_after = torch.cuda.mem_get_info()[0] if cuda else None
+    mem_after, free_after = _mem(), (torch.cuda.mem_get_info()[0] if cuda else None)
     memory = {"parent_allocated_after_sync_1": mem_before, "parent_allocated_after_last": mem_after,
               "child_allocated_after_sync_1": child_mem[0], "child_allocated_after_last": child_mem[-1],
               "device_free_after_sync_1": free_before, "device_free_after_last": free_after}
@@ -235,10 +222,8 @@ def part_round_trip(ctx: dict, syncs: int = 100) -> dict:
 
 
 def part_latency(ctx: dict, syncs: int = 50, warmup: int = 5) -> dict:
-    from tba_lab.actors.weights import FlatWeights, SharedWeights
-
     big, model, kids, t = ctx["big"], ctx["big_model"], ctx["children"], ctx["timeout"]
-    kids.ask(("bind", "big", ctx["big_shape"], str(ctx["big_dtype"]).split(".")[-1]), [0], t)
+    kids.ask(("bind", "big", ctx["big_shape"], "bfloat16"), [0], t)
     publish, pull, total = [], [], []
     for v in range(1, warmup + syncs + 1):
         t0 = time.perf_counter()
@@ -250,39 +235,11 @@ def part_latency(ctx: dict, syncs: int = 50, warmup: int = 5) -> dict:
             publish.append(p)
             pull.append(q)
             total.append(p + q)
-    # the publish path before the buffer's views were made once: Layout.pack makes ~300 views
-    # and checks every parameter per call, then the same synchronize, under the same lock
-    old_publish = []
-    for _ in range(warmup + 20):
-        t0 = time.perf_counter()
-        with big.lock.exclusive():
-            big.layout.pack(model.named_parameters(), big.buf)
-            big._sync()
-        old_publish.append(time.perf_counter() - t0)
-    n_params = sum(p.numel() for p in model.parameters())
-    # the embedded model in this process on the CPU: the default channel and the flat one,
-    # each bound to a copy of the policy (publish + the pull that is the load)
-    cpu = {}
-    policy = ctx["cpu_policy"]
-    for cls in (SharedWeights, FlatWeights):
-        ch = cls(policy, mp.get_context("spawn"))
-        ch.bind(copy.deepcopy(policy))
-        times = []
-        for v in range(1, 31):
-            t0 = time.perf_counter()
-            ch.publish(policy, v)
-            ch.pull(v - 1)
-            times.append(time.perf_counter() - t0)
-        cpu[cls.__name__] = _stats(times[5:])
-        ch.close()
-    res = {"model": ctx["big_name"], "parameters": n_params, "dtype": str(ctx["big_dtype"]),
-           "bytes": big.layout.nbytes, "publish_ms": _stats(publish), "pull_ms": _stats(pull),
-           "publish_pull_ms": _stats(total), "pull_path": "bound: one copy into the model",
-           "publish_before_ms": _stats(old_publish[warmup:]),
-           "goal_ms": 2.0, "embedded_model_on_cpu_publish_pull_ms": cpu}
-    res["meets_goal"] = res["publish_pull_ms"]["median"] < 2.0
-    res["ok"] = True
-    return res
+    return {"ok": True, "model": ctx["big_name"], "dtype": str(model.dtype),
+            "parameters": sum(p.numel() for p in model.parameters()), "bytes": big.layout.nbytes,
+            "publish_ms": _stats(publish), "pull_ms": _stats(pull),
+            "publish_pull_ms": _stats(total), "pull_path": "bound: one copy into the model",
+            "goal_ms": 2.0, "meets_goal": _stats(total)["median"] < 2.0}
 
 
 def part_logprobs(ctx: dict) -> dict:
@@ -318,20 +275,13 @@ def part_logprobs(ctx: dict) -> dict:
 
 
 def part_async_run(out: Path, device: str, seconds: float, searchers: int, dry: bool) -> dict:
+    from _common import keep_logs, leg_metrics  # here: the children import no more than they use
     from tba_lab.config import short_run
-    from tba_lab.runlog import read_jsonl_rows
     from tba_lab.trainer import train
 
-    import shutil
-    import tempfile
-
-    # the run writes the policy, a checkpoint and the buffer (about 15 files); the device tool
-    # returns at most 8 files from $OUT, so the run goes to a temporary folder and only its
-    # logs are copied into out/async_run (gpu_check.json and .md must come back)
-    run_dir = Path(tempfile.mkdtemp(prefix="gpu_check_async_run_"))
+    run_dir = Path(tempfile.mkdtemp(prefix="gpu_check_async_run_"))  # only its logs to out/
     kept = out / "async_run"
-    # dry run: bounded by updates, not seconds (searchers start slowly on a busy machine), with
-    # the seconds as a ceiling
+    # dry run: bounded by updates (searchers start slowly on a busy machine), seconds a ceiling
     small = {"training": {"num_prompts_per_step": 4, "num_generations": 4, "max_steps": 6},
              "model": {"max_new_tokens": 24}} if dry else {}
     cfg = short_run(run_dir, seconds, eval_size=20 if dry else 100, interim_eval_size=10,
@@ -342,67 +292,49 @@ def part_async_run(out: Path, device: str, seconds: float, searchers: int, dry: 
     try:
         summary = train(cfg, progress=False)
     finally:
-        kept.mkdir(parents=True, exist_ok=True)
-        for name in ("summary.json", "metrics.jsonl", "searchers.jsonl"):
-            if (run_dir / name).is_file():
-                shutil.copy2(run_dir / name, kept / name)
-        shutil.rmtree(run_dir, ignore_errors=True)
-    rows = read_jsonl_rows(kept / "metrics.jsonl")
-    later = rows[1:] or rows
-    update = sum(r["update_seconds"] for r in later)
-    wait = sum(r["wait_seconds"] for r in later)
-    wall = summary["wall_seconds"]
-    busy = update / (update + wait) if update + wait > 0 else None
+        keep_logs(run_dir, kept, ("summary.json", "metrics.jsonl", "searchers.jsonl"))
+    m = leg_metrics(kept)
     return {"ok": summary["trainer_steps"] > 0 and not summary["searcher_failures"],
-            "seconds": wall, "searchers": searchers, "trainer_device": device,
-            "updates": summary["trainer_steps"], "updates_per_minute": summary["updates_per_minute"],
-            "samples_per_minute": round(60 * summary["samples_generated"] / max(wall, 1e-9), 1),
-            "trainer_busy_fraction": None if busy is None else round(busy, 4),
-            "busy_goal": 0.9, "staleness_mean": summary["staleness_mean"],
-            "staleness_max": summary["staleness_max"],
-            "accuracy_before": summary.get("accuracy_before"),
-            "accuracy_after": summary.get("accuracy_after"),
-            "searcher_failures": summary["searcher_failures"], "run_dir": str(kept)}
+            "seconds": summary["wall_seconds"], "searchers": searchers, "trainer_device": device,
+            "trainer_busy_fraction": m["trainer_busy"], "busy_goal": 0.9,
+            **{k: m[k] for k in ("updates", "updates_per_minute", "samples_per_minute",
+                                 "staleness_mean", "staleness_max", "accuracy_before",
+                                 "accuracy_after", "searcher_failures")},
+            "run_dir": str(kept)}
 
 
 # ------------------------------------------------------------------------------ reporting
 def write_report(out: Path, report: dict) -> None:
+    """``gpu_check.json`` (everything) and ``gpu_check.md`` (a line per part, the errors)."""
     (out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    lines = [f"# GPU check ({'CPU dry run' if report['dry_run'] else report.get('gpu', 'GPU')})",
-             "", f"torch {report['torch']}, transformers {report['transformers']}, device "
-             f"{report['device']}, {report.get('total_seconds', '?')} s in all.", "",
-             "| part | ok | result |", "|---|---|---|"]
-    a = report.get("ipc_round_trip", {})
+    a, b, c, d = (report.get(p, {}) for p in PARTS)
+    rows = []
     if "syncs" in a:
-        lines.append(f"| a. IPC round trip | {a['ok']} | {a['syncs']} syncs, exact: {a['exact']}, "
-                     f"two pullers agree: {a['two_pullers_agree']}, memory flat: "
-                     f"{a['memory_flat']} |")
-    b = report.get("sync_latency", {})
+        rows.append(("a. IPC round trip", a, f"{a['syncs']} syncs, exact: {a['exact']}, two pullers "
+                     f"agree: {a['two_pullers_agree']}, memory flat: {a['memory_flat']}"))
     if "publish_pull_ms" in b:
-        cpu = b["embedded_model_on_cpu_publish_pull_ms"]
-        lines.append(f"| b. sync latency | {b['ok']} | {b['model']} ({b['parameters'] / 1e6:.1f}M "
-                     f"params, {b['dtype']}): publish+pull median "
-                     f"{b['publish_pull_ms']['median']:.3f} ms, p90 {b['publish_pull_ms']['p90']:.3f}"
-                     f" ms (publish {b['publish_ms']['median']:.3f}, pull "
-                     f"{b['pull_ms']['median']:.3f} bound; goal < 2 ms: {b['meets_goal']}; "
-                     f"publish before: {b['publish_before_ms']['median']:.3f}); embedded "
-                     f"model on CPU: SharedWeights {cpu['SharedWeights']['median']:.3f} ms, "
-                     f"FlatWeights {cpu['FlatWeights']['median']:.3f} ms |")
-    c = report.get("logprob_agreement", {})
+        ms = b["publish_pull_ms"]
+        rows.append(("b. sync latency", b, f"{b['model']} ({b['parameters'] / 1e6:.1f}M params, "
+                     f"{b['dtype']}): publish+pull median {ms['median']:.3f} ms, p90 {ms['p90']:.3f}"
+                     f" ms (publish {b['publish_ms']['median']:.3f}, pull {b['pull_ms']['median']:.3f}"
+                     f" bound; goal < 2 ms: {b['meets_goal']})"))
     if "max_abs_diff" in c:
-        lines.append(f"| c. log-prob agreement | {c['ok']} | {c['tokens']} tokens, {c['dtype']}: "
-                     f"max abs diff {c['max_abs_diff']:.2e}, mean {c['mean_abs_diff']:.2e} |")
-    d = report.get("async_run", {})
+        rows.append(("c. log-prob agreement", c, f"{c['tokens']} tokens, {c['dtype']}: max abs diff "
+                     f"{c['max_abs_diff']:.2e}, mean {c['mean_abs_diff']:.2e}"))
     if "updates_per_minute" in d:
-        lines.append(f"| d. async run | {d['ok']} | {d['searchers']} searchers, {d['seconds']} s: "
-                     f"{d['updates_per_minute']} updates/min, {d['samples_per_minute']} samples/min,"
-                     f" trainer busy {d['trainer_busy_fraction']} (goal >= 0.9), staleness mean "
+        rows.append(("d. async run", d, f"{d['searchers']} searchers, {d['seconds']} s: "
+                     f"{d['updates_per_minute']} updates/min, {d['samples_per_minute']} samples/min, "
+                     f"trainer busy {d['trainer_busy_fraction']} (goal >= 0.9), staleness mean "
                      f"{d['staleness_mean']} max {d['staleness_max']}, accuracy "
-                     f"{d['accuracy_before']} -> {d['accuracy_after']} |")
-    for name in ("ipc_round_trip", "sync_latency", "logprob_agreement", "async_run"):
-        part = report.get(name, {})
-        if part.get("error"):
-            lines += ["", f"{name} failed:", "```", part["error"][-2000:], "```"]
+                     f"{d['accuracy_before']} -> {d['accuracy_after']}"))
+    lines = [f"# GPU check ({'CPU dry run' if report['dry_run'] else report.get('gpu', 'GPU')})", "",
+             f"torch {report['torch']}, transformers {report['transformers']}, device "
+             f"{report['device']}, {report.get('total_seconds', '?')} s in all.", "",
+             "| part | ok | result |", "|---|---|---|"] + [
+        f"| {name} | {part['ok']} | {text} |" for name, part, text in rows]
+    for name in PARTS:
+        if report.get(name, {}).get("error"):
+            lines += ["", f"{name} failed:", "```", report[name]["error"][-2000:], "```"]
     (out / "gpu_check.md").write_text("\n".join(lines) + "\n")
 
 
@@ -419,17 +351,12 @@ def main(argv=None) -> int:
     device = "cpu" if dry else "cuda:0"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    import transformers
+    from _common import environment
 
-    report = {"device": device, "dry_run": dry, "torch": torch.__version__,
-              "transformers": transformers.__version__, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    report = {"device": device, "dry_run": dry, **environment(gpu=not dry)}
     if not dry:
-        props = torch.cuda.get_device_properties(0)
-        report.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2 ** 30, 1),
-                      cuda=torch.version.cuda)
-    from tba_lab.actors.placement import available_cores
-
-    torch.set_num_threads(1 if dry else min(8, available_cores()))  # a CPU quota included
+        report["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2 ** 30, 1)
+    torch.set_num_threads(1 if dry else min(8, report["cores_usable"]))  # a CPU quota included
     ctx: dict = {"device": device, "timeout": 120.0}
     kids = None
 
@@ -443,30 +370,19 @@ def main(argv=None) -> int:
         write_report(out, report)
 
     try:
-        from transformers import Qwen2Config, Qwen2ForCausalLM
-
         from tba_lab.actors.weights import FlatWeights, device_uuid
         from tba_lab.models import DEFAULT_MODEL_DIR, load_policy
 
         policy, tokenizer = load_policy(DEFAULT_MODEL_DIR)
-        ctx["cpu_policy"] = load_policy(DEFAULT_MODEL_DIR)[0]
         ctx["state"] = {k: v.clone() for k, v in policy.state_dict().items()}
         policy.to(device).eval()
         ctx.update(policy=policy, tokenizer=tokenizer)
         shape = QWEN_DRY if dry else QWEN_05B
-        dtype = torch.bfloat16
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(dtype)
-        try:
-            with torch.device(device):
-                big = Qwen2ForCausalLM(Qwen2Config(**shape)).eval()
-        finally:
-            torch.set_default_dtype(old)
-        ctx.update(big_model=big, big_dtype=dtype, big_shape=shape,
-                   big_name="qwen2-0.5b-shaped" if not dry else "qwen2-tiny-shaped (dry run)")
-        mpctx = mp.get_context("spawn")
-        ctx["tiny"] = FlatWeights(policy, mpctx, device=device)
-        ctx["big"] = FlatWeights(big, mpctx, device=device)
+        big = qwen(shape, "bfloat16", device)
+        ctx.update(big_model=big, big_shape=shape,
+                   big_name="qwen2-tiny-shaped (dry run)" if dry else "qwen2-0.5b-shaped")
+        ctx["tiny"] = FlatWeights(policy, mp.get_context("spawn"), device=device)
+        ctx["big"] = FlatWeights(big, mp.get_context("spawn"), device=device)
         # as LocalLauncher does (tba_lab.actors.local.visible_devices_for): the trainer's own
         # name for its GPU; the child then finds the weight buffer by UUID
         visible = None if dry else os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
@@ -494,8 +410,7 @@ def main(argv=None) -> int:
     report["total_seconds"] = round(time.time() - t_start, 1)
     write_report(out, report)
     print((out / "gpu_check.md").read_text())
-    parts = ("ipc_round_trip", "sync_latency", "logprob_agreement", "async_run")
-    return 0 if all(report.get(p, {}).get("ok") for p in parts) else 1
+    return 0 if all(report.get(p, {}).get("ok") for p in PARTS) else 1
 
 
 if __name__ == "__main__":

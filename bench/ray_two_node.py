@@ -1,57 +1,22 @@
-"""Two Ray nodes on one machine: the Ray launcher across a network, losing a node, losing the trainer.
+"""Two Ray nodes on one machine, a script because each node needs its own processes and namespaces.
 
-    python bench/ray_two_node.py [--minutes 1.5] [--kill-after 30]
+The Ray launcher across a network, losing a node, losing the trainer; docs/ray.md has the
+recipe, what each phase checks and the results.
+
+    python bench/ray_two_node.py [--minutes 1.5] [--kill-after 30] [--phases P ...]
                                  [--out docs/results/ray_two_node] [--work-dir runs/ray_two_node]
 
-What a user with two machines does (docs/ray.md, "Two machines"), on one Linux machine, as root:
-
-* two network namespaces joined by a virtual Ethernet pair, addresses 10.77.0.1 and 10.77.0.2
-  (``ip netns add``, ``ip link add ... type veth``). The link has no added delay: the kernel
-  here has no ``netem`` queueing discipline, so a slower network is not emulated;
-* in each, one Ray node started by ``ray start --block`` inside its own PID namespace
-  (``unshare --pid --fork --kill-child --mount-proc``): killing that one process ends every
-  process of the node at once, as a machine that loses power does (``ray stop`` would not do:
-  it kills every Ray process it can see, the other node's as well). Node 1 is the head
-  (``--num-cpus 1``); node 2 joins it with ``--address 10.77.0.1:6379`` (``--num-cpus 1``);
-* ``tba-lab train`` (the Ray driver, so the trainer) runs in node 1's network namespace with
-  ``async: {launcher: ray, num_searchers: 2}`` and ``ray: {address: 10.77.0.1:6379,
-  placement_strategy: STRICT_SPREAD}``, i.e. one searcher on each node;
-* Ray's token authentication is on (``RAY_AUTH_MODE=token``, a new token for each run of this
-  script, given to every node and the driver), as Ray announces it as the default from 2.61.
-
-The nodes share this machine's file system and cores (2 here), so the numbers say what crosses
-the network (placement, the weights through the object store, the rollout queue, failure
-detection) and what it costs, not how fast two real machines would train.
-
-Three phases, each on a fresh cluster:
-
-1. ``two_nodes``: the run above for ``--minutes``. Reported per node, from the run's
-   ``searchers.jsonl``: batches received, samples per minute, the weight sync before a batch
-   (``sync_seconds``: the pull through the object store plus loading into the backend; median
-   and max over the batches that brought a new version) and the policy lag at receipt (trainer
-   step when the batch arrived minus its version). Then whether the run left anything behind
-   in the cluster: every CPU free again and no placement group other than removed ones.
-2. ``node_loss``: the same run with ``async.searcher_timeout: 20``, and node 2 killed
-   ``--kill-after`` seconds after training began (the first row of ``metrics.jsonl``).
-   Reported: the run's exit code, each ``searcher_failures`` entry (reason, when, what the
-   trainer did), updates after the loss, and which outputs exist (``summary.json``,
-   ``checkpoint.pt``, ``buffer.pt``, ``policy/``).
-3. ``trainer_killed``: the run of phase 1 with ``training.save_seconds: 15``, and the trainer
-   (the Ray driver) SIGKILLed ``--kill-after`` seconds after its first update, as an
-   out-of-memory kill would. Reported: how long Ray took to free what the run held on both
-   nodes (every CPU free, no placement group left; polled for up to 60 s), the checkpoint's
-   step, and then ``tba-lab train --resume`` on the same cluster: its exit code, final step,
-   ``resumes`` and per-node table (the resumed run's searchers start on both nodes again).
-
-Writes ``results.json`` and ``report.md`` to ``--out``; the runs themselves, the Ray logs
-and each driver's output go to ``--work-dir``. Removes the namespaces (and with them the link)
-and kills both nodes at the end, also after an error or Ctrl-C, then checks that no process of
-its clusters is left. Needs Linux, root, iproute2 (``ip``), util-linux's ``unshare`` and
-Ray (``pip install -e ".[ray]"``); it says which is missing and exits with code 2 otherwise.
+Two network namespaces joined by a veth pair, one Ray node in each (in its own PID namespace, so
+one kill ends the whole node), Ray's token authentication on, ``tba-lab train`` in node 1 with
+two searchers placed ``STRICT_SPREAD``. Phases, each on a fresh cluster: ``two_nodes``,
+``node_loss`` (node 2 killed ``--kill-after`` s after the first update), ``trainer_killed``
+(the driver SIGKILLed, then ``--resume``). Writes ``results.json`` and ``report.md`` to
+``--out``. Needs Linux, root, ``ip``, ``unshare`` and Ray; says which is missing and exits 2.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -65,9 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tba_lab.runlog import read_jsonl_rows
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, for _common
+from _common import REPO, commit  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from tba_lab.runlog import read_jsonl_rows  # noqa: E402
+
 HEAD_IP, WORKER_IP, PORT = "10.77.0.1", "10.77.0.2", 6379
 ADDRESS = f"{HEAD_IP}:{PORT}"
 TRAINER_SAVE_SECONDS = 15.0  # training.save_seconds of the trainer_killed phase
@@ -96,12 +63,8 @@ def _sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
 
 class TwoNodes:
     """Two network namespaces joined by a veth pair, each running one Ray node in its own PID
-    namespace. A context manager: ``__exit__`` kills both nodes and removes the namespaces.
-
-    Args:
-        work: folder for the nodes' Ray logs (their temp dirs go under /tmp: Unix socket paths
-            are short).
-    """
+    namespace (its logs in ``work``). A context manager: ``__exit__`` kills both nodes and
+    removes the namespaces."""
 
     def __init__(self, work: Path):
         tag = f"{os.getpid() % 100000}"
@@ -174,22 +137,18 @@ class TwoNodes:
         raise TimeoutError(f"{n} Ray nodes were not up within {timeout:g} s; "
                            f"see {self.work}/ray_*.log")
 
-    def leftovers(self) -> dict:
-        """What the cluster still holds: CPUs in use and placement groups not removed."""
-        code = ("import ray, json; ray.init(address='auto', logging_level='ERROR'); "
-                "import time; time.sleep(2); "
-                "tot, free = ray.cluster_resources(), ray.available_resources(); "
+    def wait_until_free(self, timeout: float = 60.0) -> dict:
+        """What the cluster still holds (CPUs in use, placement groups not removed), polled
+        until all is free or ``timeout`` seconds passed; adds ``seconds`` (how long, from the
+        call) and ``clean`` (all free)."""
+        code = ("import ray, json, time; ray.init(address='auto', logging_level='ERROR'); "
+                "time.sleep(2); tot, free = ray.cluster_resources(), ray.available_resources(); "
                 "pgs = [g['state'] for g in ray.util.placement_group_table().values()]; "
                 "print(json.dumps({'cpus_total': tot.get('CPU', 0), 'cpus_free': free.get('CPU', 0), "
                 "'placement_groups_not_removed': sum(s != 'REMOVED' for s in pgs)}))")
-        return json.loads(self.python(code))
-
-    def wait_until_free(self, timeout: float = 60.0) -> dict:
-        """:meth:`leftovers` polled until every CPU is free and no placement group is left (or
-        ``timeout`` seconds); adds ``seconds`` (how long that took, counted from the call)."""
         t0 = time.time()
         while True:
-            lo = self.leftovers()
+            lo = json.loads(self.python(code))
             clean = lo["cpus_free"] == lo["cpus_total"] and not lo["placement_groups_not_removed"]
             if clean or time.time() - t0 > timeout:
                 return {**lo, "seconds": round(time.time() - t0, 1), "clean": clean}
@@ -212,12 +171,9 @@ class TwoNodes:
 def processes_left(prefix: str) -> list[str]:
     """Command lines of processes that mention ``prefix`` (a cluster's temp dir)."""
     out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
+    for f in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            cmd = f.read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if prefix in cmd:
                 out.append(cmd[:200])
     return out
@@ -251,15 +207,12 @@ def train(cluster: TwoNodes, run_dir: Path, minutes: float, config: Path | None,
     cmd = ["ip", "netns", "exec", cluster.ns[0], sys.executable, "-m", "tba_lab", "train", *args,
            "--no-progress"]
     t0, killed = time.time(), None
-    suffix = "" if config is not None else "_resume"
-    with open(run_dir.parent / f"{run_dir.name}{suffix}.log", "w") as log:
+    with open(run_dir.parent / f"{run_dir.name}{'' if config else '_resume'}.log", "w") as log:
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=cluster.env, cwd=REPO)
         try:
-            first = None
-            metrics = run_dir / "metrics.jsonl"
+            first, metrics = None, run_dir / "metrics.jsonl"
             size_before = metrics.stat().st_size if metrics.exists() else 0  # a resume appends
             while p.poll() is None:
-                metrics = run_dir / "metrics.jsonl"
                 if first is None and metrics.exists() and metrics.stat().st_size > size_before:
                     first = time.time()
                 if kill_after is not None and killed is None and first is not None \
@@ -304,30 +257,25 @@ def describe(run_dir: Path) -> dict:
     summary = json.loads(path.read_text()) if path.exists() else {}
     rows = read_jsonl_rows(run_dir / "searchers.jsonl")
     wall = float(summary.get("wall_seconds") or 1.0)
-    metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
     return {
-        "summary": {k: summary.get(k) for k in ("trainer_steps", "updates_per_minute",
-                                                 "samples_generated", "staleness_mean",
-                                                 "staleness_max", "accuracy_before",
-                                                 "accuracy_after", "wall_seconds")},
+        "summary": {k: summary.get(k) for k in (
+            "trainer_steps", "updates_per_minute", "samples_generated", "staleness_mean",
+            "staleness_max", "accuracy_before", "accuracy_after", "wall_seconds")},
         "per_node": per_node(rows, wall),
         "searcher_failures": summary.get("searcher_failures", []),
         "summary_resumes": summary.get("resumes"),
-        "metrics_rows": len(metrics),
         "outputs": {name: (run_dir / name).exists() for name in
                     ("summary.json", "checkpoint.pt", "buffer.pt", "policy", "searchers.jsonl")}}
-
-
-def updates_after(metrics: list[dict], seconds: float) -> int:
-    """Trainer updates logged after ``seconds`` of training (``metrics.jsonl`` rows'
-    ``wall_seconds``)."""
-    return sum(1 for r in metrics if r.get("wall_seconds", 0) > seconds)
 
 
 # ---------------------------------------------------------------------------- report
 
 def report(res: dict) -> str:
     """report.md from results.json's content."""
+    def free(lo: dict) -> str:
+        return (f"{lo['cpus_free']:g} of {lo['cpus_total']:g} CPUs free, "
+                f"{lo['placement_groups_not_removed']} placement group(s) not removed")
+
     lines = [f"# The Ray launcher on two nodes (network namespaces on one machine)", "",
              f"Started {res['started']}, commit {res['commit']}, {res['cores']} cores "
              f"(`os.cpu_count()`), Ray {res['ray']}, seed 0. Command: `{res['command']}`.", "",
@@ -354,17 +302,13 @@ def report(res: dict) -> str:
                          f"{r['sync_ms_median']}, {r['sync_ms_max']} | {r['lag_mean']}, {r['lag_max']} |")
         lines.append("")
         if "leftovers" in ph:
-            lo = ph["leftovers"]
-            lines += [f"After the run: {lo['cpus_free']:g} of {lo['cpus_total']:g} CPUs free, "
-                      f"{lo['placement_groups_not_removed']} placement group(s) not removed.", ""]
+            lines += [f"After the run: {free(ph['leftovers'])}.", ""]
         if phase == "trainer_killed":
             k, lo = ph["killed"], ph["freed"]
             lines += [f"The first process was SIGKILLed {k['trainer_killed_after_first_update_s']} s "
                       f"after its first update (exit code {k['exit_code']}). Ray freed what it held "
                       f"{'within' if lo['clean'] else 'NOT within'} {lo['seconds']:g} s of its end "
-                      f"({lo['cpus_free']:g} of {lo['cpus_total']:g} CPUs free, "
-                      f"{lo['placement_groups_not_removed']} placement group(s) not removed). "
-                      f"`--resume` continued from the checkpoint at step {ph['checkpoint_step']} "
+                      f"({free(lo)}). `--resume` continued from the checkpoint at step {ph['checkpoint_step']} "
                       f"(summary: resumes = {ph['run']['summary_resumes']}); the table is the "
                       f"whole run's, both processes.", ""]
         if phase == "node_loss":
@@ -391,34 +335,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "docs/results/ray_two_node")
     ap.add_argument("--work-dir", type=Path, default=REPO / "runs/ray_two_node")
     args = ap.parse_args(argv)
-    missing = missing_requirements()
-    if missing:
-        print("bench/ray_two_node.py needs " + "; ".join(missing), file=sys.stderr)
-        return 2
-    if args.kill_after >= 60 * args.minutes:
-        print(f"--kill-after {args.kill_after:g} s must be shorter than the run "
-              f"(--minutes {args.minutes:g})", file=sys.stderr)
-        return 2
-    if "trainer_killed" in args.phases and args.kill_after <= TRAINER_SAVE_SECONDS:
-        print(f"--kill-after {args.kill_after:g} s: the trainer_killed phase needs more than its "
-              f"checkpoint period, {TRAINER_SAVE_SECONDS:g} s", file=sys.stderr)
-        return 2
-    import fcntl
+    refusal = None
+    if missing_requirements():
+        refusal = "bench/ray_two_node.py needs " + "; ".join(missing_requirements())
+    elif args.kill_after >= 60 * args.minutes:
+        refusal = (f"--kill-after {args.kill_after:g} s must be shorter than the run "
+                   f"(--minutes {args.minutes:g})")
+    elif "trainer_killed" in args.phases and args.kill_after <= TRAINER_SAVE_SECONDS:
+        refusal = (f"--kill-after {args.kill_after:g} s: the trainer_killed phase needs more than "
+                   f"its checkpoint period, {TRAINER_SAVE_SECONDS:g} s")
+    else:
+        import fcntl
 
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(args.work_dir / ".lock", "w")  # held until this process exits
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            refusal = (f"another bench/ray_two_node.py is using --work-dir {args.work_dir}: wait "
+                       "for it or give another folder")
+    if refusal:
+        print(refusal, file=sys.stderr)
+        return 2
     import ray
 
-    args.work_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(args.work_dir / ".lock", "w")  # held until this process exits
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"another bench/ray_two_node.py is using --work-dir {args.work_dir}: wait for it "
-              f"or give another folder", file=sys.stderr)
-        return 2
-    commit = _sh("git", "-C", str(REPO), "rev-parse", "--short", "HEAD", check=False).stdout.strip()
-    res = {"started": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit,
-           "cores": os.cpu_count(), "ray": ray.__version__,
-           "minutes": args.minutes, "command": "python bench/ray_two_node.py " + " ".join(argv or sys.argv[1:])}
+    res = {"started": datetime.datetime.now().isoformat(timespec="seconds"), "commit": commit(),
+           "cores": os.cpu_count(), "ray": ray.__version__, "minutes": args.minutes,
+           "command": "python bench/ray_two_node.py " + " ".join(argv or sys.argv[1:])}
     prefixes = []
     for phase in args.phases:
         print(f"[{phase}] starting two Ray nodes", flush=True)
@@ -427,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = args.work_dir / phase
             if phase == "two_nodes":
                 ph = train(cluster, run_dir, args.minutes, run_config(args.work_dir))
-                ph["leftovers"] = cluster.leftovers()
+                ph["leftovers"] = cluster.wait_until_free(timeout=0)
             elif phase == "trainer_killed":
                 from tba_lab.checkpoint import load_checkpoint
 
@@ -443,8 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                            kill_after=args.kill_after)
                 metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
                 t_first = metrics[0]["wall_seconds"] if metrics else 0.0
-                ph["updates_after_kill"] = updates_after(
-                    metrics, t_first + (ph["node_2_killed_after_first_update_s"] or 0.0))
+                killed_at = t_first + (ph["node_2_killed_after_first_update_s"] or 0.0)
+                ph["updates_after_kill"] = sum(r.get("wall_seconds", 0) > killed_at for r in metrics)
             ph["run"] = describe(run_dir)
             res[phase] = ph
         print(f"[{phase}] exit code {ph['exit_code']}, {ph['seconds']:.0f} s", flush=True)
@@ -452,9 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     res["processes_left"] = [c for p in prefixes for c in processes_left(p)]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(res, indent=2) + "\n")
-    text = report(res)
-    (args.out / "report.md").write_text(text)
-    print(text)
+    (args.out / "report.md").write_text(report(res))
+    print(report(res))
     return 0
 
 

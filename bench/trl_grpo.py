@@ -1,43 +1,16 @@
-"""Baseline for the race: TRL's own ``GRPOTrainer`` on our task, under a wall-clock budget.
+"""TRL's GRPOTrainer on the kit's task, a script because TRL is no kit dependency: the race's leg e.
 
-What it measures: how many GRPO updates (and completions) TRL 1.x gets through in ``minutes``
-of wall clock on this machine when it trains the committed tiny model (``data/tiny-llama``) on the
-embedded arithmetic task, and the greedy held-out accuracy it reaches -- the same quantities
-``tba-lab train`` reports (``updates_per_minute``, ``eval.jsonl``), so the two can be compared
-batch shape for batch shape. TRL's trainer is synchronous and on-policy: generate one batch, score
-it, one optimizer update, repeat.
+``tba-lab experiment race`` loads this file for leg (e) only; TRL comes with the ``dev`` extra.
+Under a wall-clock budget it reports what ``tba-lab train`` reports (updates and samples per
+minute, greedy held-out accuracy over time) on the committed tiny model, reward
+``exact_match_reward``. TRL's options match the kit's sync GRPO: one optimizer step per generation batch of B*K completions
+(on-policy: the ratio is 1), ``loss_type="grpo"``, ``scale_rewards="group"``, ``beta=0``,
+``max_grad_norm=1``, AdamW without weight decay, plain sampling at ``temperature``, on the CPU;
+the learning rate decays linearly to 0 over the wall-clock budget (a callback sets it before
+every optimizer step, as ``lr_schedule: linear``). The clock starts at the first step; interim
+evaluations run on it, or with ``--defer-eval`` on weight copies evaluated after the budget.
 
-Task: prompts are ``data/arithmetic/train.jsonl`` questions through
-``tba_lab.tasks.format_prompt``; reward = ``tba_lab.tasks.gsm8k.exact_match_reward`` of the
-decoded completion against the row's gold answer (``gold_answer``). Evaluation is
-``tba_lab.tasks.arithmetic.greedy_accuracy`` (greedy, ``max_new_tokens`` as our legs) on the first
-``eval_size`` rows of ``data/arithmetic/test.jsonl``.
-
-TRL options (``trl.GRPOConfig``), chosen to match our sync GRPO loop:
-
-* one optimizer step per generation batch of B*K completions: ``per_device_train_batch_size=
-  B*K`` (in GRPO this counts completions, not prompts), ``gradient_accumulation_steps=1``,
-  ``steps_per_generation=1`` (so ``generation_batch_size = B*K`` = B prompts x K generations),
-  ``num_iterations=1``. Each TRL "step" is therefore one update on B=16 prompts x K=8 completions,
-  on-policy: TRL keeps no behaviour log-probs and the ratio is exactly 1 (clipping never acts).
-* ``loss_type="grpo"``, ``scale_rewards="group"``, ``epsilon=0.2``, ``beta=0.0`` (no reference
-  model is loaded), ``max_grad_norm=1.0``, ``optim="adamw_torch"``, ``weight_decay=0.0``.
-* sampling: ``temperature`` (TRL also scores log-probs at it), ``top_k=0``, ``top_p=1.0``,
-  ``max_completion_length=max_new_tokens``, ``use_vllm=False`` (plain ``model.generate``).
-* ``activation_checkpointing=False`` (TRL defaults to on), ``bf16=False`` (TRL defaults to on),
-  ``use_cpu=True``, ``report_to="none"``, ``save_strategy="no"``, ``logging_strategy="no"``.
-* learning rate: linear decay to 0 over the WALL-CLOCK budget, like ``tba-lab train``'s
-  ``lr_schedule="linear"``: TRL's scheduler is ``"constant"`` and a callback sets
-  lr = learning_rate * max(0, 1 - elapsed / budget) right before every optimizer step
-  (``on_pre_optimizer_step``), as our trainer does before each update.
-
-Clock: starts at the first training step (model loading, trainer construction and the
-accuracy-before evaluation are outside it). Interim evaluations at ``eval_at_seconds`` run
-inside the budget (the clock keeps running during them, as in our trainer), or with
-``--defer-eval`` on weight copies taken then and evaluated after the budget; the final
-evaluation runs after the budget. ``updates_per_minute`` = updates / budget-minutes used.
-
-Run:  python bench/trl_grpo.py --minutes 3 --out runs/trl_grpo
+    python bench/trl_grpo.py --minutes 3 --out runs/trl_grpo [--defer-eval]
 """
 from __future__ import annotations
 
@@ -60,16 +33,13 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
                  eval_at_seconds=(60, 120, 180), threads=2, defer_eval=False) -> dict:
     """Train the tiny model with ``trl.GRPOTrainer`` for ``minutes`` of wall clock.
 
-    Returns:
-        dict with ``updates``, ``samples_generated`` (completions = updates * B * K),
-        ``wall_seconds`` (training clock, interim evaluations included), ``updates_per_minute``,
-        ``samples_per_minute``, ``evals`` (list of ``{"wall_seconds", "step", "accuracy"}``: before
-        training at 0 s, each ``eval_at_seconds`` checkpoint reached inside the budget, and the
-        end), ``accuracy_before``, ``accuracy_after``, plus ``train_reward`` (TRL's mean reward
-        of each generation batch) and ``config``. Also written to ``out_dir/summary.json``.
-
-    ``defer_eval``: at each checkpoint only copy the weights, and evaluate the copies after the
-    budget (off the clock), as ``tba-lab train`` does with ``task.defer_interim_eval``.
+    Returns (and writes to ``out_dir/summary.json``) ``updates``, ``samples_generated``
+    (updates * B * K), ``wall_seconds`` (interim evaluations included), ``updates_per_minute``,
+    ``samples_per_minute``, ``evals`` (``{"wall_seconds", "step", "accuracy"}`` at 0 s, at each
+    ``eval_at_seconds`` reached inside the budget, and at the end), ``accuracy_before``,
+    ``accuracy_after``, ``train_reward`` (TRL's mean reward per generation batch), ``config``.
+    ``defer_eval``: copy the weights at each checkpoint and evaluate the copies after the budget,
+    as ``task.defer_interim_eval`` does. ValueError unless ``minutes`` > 0.
     """
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -82,6 +52,10 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     from tba_lab.tasks.gsm8k import exact_match_reward, gold_answer, read_jsonl
     from tba_lab.trainer import cpu_state_copy, evaluate_weight_copies
 
+    settings = dict(minutes=minutes, seed=seed, num_prompts_per_step=num_prompts_per_step,
+                    num_generations=num_generations, learning_rate=learning_rate,
+                    temperature=temperature, max_new_tokens=max_new_tokens,
+                    defer_eval=defer_eval, threads=threads)
     if minutes <= 0:
         raise ValueError(f"minutes must be > 0, got {minutes!r}")
     torch.set_num_threads(threads)
@@ -116,9 +90,12 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     trainer = GRPOTrainer(model=model, reward_funcs=exact_match, args=args,
                           train_dataset=dataset, processing_class=tokenizer)
 
-    model.eval()
-    accuracy_before = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
-    model.train()
+    def accuracy() -> float:  # greedy held-out accuracy, then back to training mode
+        acc = greedy_accuracy(model.eval(), tokenizer, eval_rows, max_new_tokens)
+        model.train()
+        return acc
+
+    accuracy_before = accuracy()
     evals = [{"wall_seconds": 0.0, "step": 0, "accuracy": accuracy_before}]
     train_reward = []
     snapshots = []  # (step, wall seconds, weights) with defer_eval
@@ -157,8 +134,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
                     snapshots.append((state.global_step, round(self.elapsed(), 1),
                                       cpu_state_copy(model)))
                     return control
-                acc = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
-                model.train()
+                acc = accuracy()
                 evals.append({"wall_seconds": round(self.elapsed(), 1), "step": state.global_step,
                               "accuracy": acc})
                 print(f"[trl_grpo] step {state.global_step} t={self.elapsed():.0f}s "
@@ -172,34 +148,21 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
         # TRL 1.16 calls transformers' deprecated is_gradient_checkpointing on every batch
         warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
         trainer.train()
-    if clock.t0 is None:
-        wall = 0.0
-    else:
-        wall = (clock.t_end or time.time()) - clock.t0
+    wall = 0.0 if clock.t0 is None else (clock.t_end or time.time()) - clock.t0
     updates = trainer.state.global_step
     evaluate_weight_copies(model, snapshots, lambda step, at: evals.append(
-        {"wall_seconds": at, "step": step,
-         "accuracy": greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)}))
-
-    accuracy_after = greedy_accuracy(model, tokenizer, eval_rows, max_new_tokens)
+        {"wall_seconds": at, "step": step, "accuracy": accuracy()}))
+    accuracy_after = accuracy()
     evals.append({"wall_seconds": round(wall, 1), "step": updates, "accuracy": accuracy_after})
     samples = updates * args.generation_batch_size
     summary = {
-        "updates": updates,
-        "samples_generated": samples,
-        "wall_seconds": round(wall, 2),
+        "updates": updates, "samples_generated": samples, "wall_seconds": round(wall, 2),
         "updates_per_minute": round(60.0 * updates / max(wall, 1e-9), 2),
         "samples_per_minute": round(60.0 * samples / max(wall, 1e-9), 1),
-        "evals": evals,
-        "accuracy_before": accuracy_before,
-        "accuracy_after": accuracy_after,
+        "evals": evals, "accuracy_before": accuracy_before, "accuracy_after": accuracy_after,
         "train_reward": train_reward,
-        "config": {"minutes": minutes, "seed": seed, "num_prompts_per_step": num_prompts_per_step,
-                   "num_generations": num_generations, "learning_rate": learning_rate,
-                   "temperature": temperature, "max_new_tokens": max_new_tokens,
-                   "eval_size": len(eval_rows), "eval_at_seconds": list(eval_at_seconds),
-                   "defer_eval": defer_eval,
-                   "threads": threads, "generation_batch_size": args.generation_batch_size,
+        "config": {**settings, "eval_size": len(eval_rows), "eval_at_seconds": list(eval_at_seconds),
+                   "generation_batch_size": args.generation_batch_size,
                    "steps_per_generation": args.steps_per_generation},
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -211,22 +174,13 @@ def main(argv=None) -> dict:
     p.add_argument("--out", default="runs/trl_grpo", help="output folder (summary.json)")
     p.add_argument("--minutes", type=float, default=3.0, help="wall-clock training budget")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--num-prompts-per-step", type=int, default=16, help="B")
-    p.add_argument("--num-generations", type=int, default=8, help="K")
-    p.add_argument("--learning-rate", type=float, default=5e-5)
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--max-new-tokens", type=int, default=40)
-    p.add_argument("--eval-size", type=int, default=200)
+    p.add_argument("--eval-size", type=int, default=200, help="held-out problems per evaluation")
     p.add_argument("--eval-at-seconds", type=float, nargs="*", default=[60, 120, 180])
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--defer-eval", action="store_true",
                    help="copy the weights at each checkpoint, evaluate the copies after the budget")
     a = p.parse_args(argv)
-    summary = run_trl_grpo(a.out, a.minutes, seed=a.seed, num_prompts_per_step=a.num_prompts_per_step,
-                           num_generations=a.num_generations, learning_rate=a.learning_rate,
-                           temperature=a.temperature, max_new_tokens=a.max_new_tokens,
-                           eval_size=a.eval_size, eval_at_seconds=tuple(a.eval_at_seconds),
-                           threads=a.threads, defer_eval=a.defer_eval)
+    summary = run_trl_grpo(a.out, a.minutes, seed=a.seed, eval_size=a.eval_size,
+                           eval_at_seconds=tuple(a.eval_at_seconds), defer_eval=a.defer_eval)
     print(json.dumps({k: v for k, v in summary.items() if k != "train_reward"}, indent=2))
     return summary
 

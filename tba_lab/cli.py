@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -310,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--num-searchers", type=int)
     t.add_argument("--sync-period", type=int, help="k: publish weights every k updates")
     t.add_argument("--model", help="starting policy folder (default: the embedded tiny model)")
-    t.add_argument("--report-to", nargs="+", metavar="NAME", help="live dashboards: tensorboard "
+    t.add_argument("--report-to", nargs="+", action="extend", metavar="NAME", help="live dashboards: tensorboard "
                    "(event files in OUTPUT_DIR/tensorboard), wandb, trackio, or none")
     t.add_argument("--no-progress", action="store_true", help="no progress bar, status lines or "
                    "interim evaluation lines: only warnings and the final summary line print")
@@ -346,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--smoke", action="store_true", help="each notebook's small SMOKE configuration (<= 60 s each)")
     r.add_argument("--output-dir", default="runs/reproduce", help="executed notebooks, figures, report.md")
     r.add_argument("--seed", type=seed_arg, default=0)
-    r.add_argument("--only", nargs="+", help="notebook name prefixes, e.g. 01 03")
+    r.add_argument("--only", nargs="+", action="extend", help="notebook name prefixes, e.g. 01 03")
     r.add_argument("--notebook-dir", help="folder of notebooks (default: the repository's notebooks/)")
     r.set_defaults(func=_reproduce)
     c = sub.add_parser("course", help="for instructors: release the assignments, grade "
@@ -358,7 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
                            'pip install -e ".[instructor]".'))
     c.add_argument("action", choices=["release", "grade", "site"])
     c.add_argument("--out", help="course folder (default runs/course; site: runs/site)")
-    c.add_argument("--only", nargs="+", help="release, site: notebook name prefixes, e.g. 01 02")
+    c.add_argument("--only", nargs="+", action="extend", help="release, site: notebook name prefixes, e.g. 01 02")
     c.add_argument("--force", action="store_true", help="release: overwrite OUT/release")
     c.add_argument("--submitted", help="grade: a folder <student>/<NN_name>/<NN_name>.ipynb "
                    "to copy into OUT/submitted first")
@@ -379,17 +381,18 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("name", metavar="NAME", help=f"one of: {', '.join(NAMES)}")
     x.add_argument("--smoke", action="store_true", help="tiny settings (a few updates or seconds "
                    "per run; about 2-3 minutes for all four on 2 cores, 1-2 for a benchmark)")
-    x.add_argument("--seeds", type=seed_arg, nargs="+", help="seeds (default 0 1 2; off_policy 0-4, tune 100 101; with --smoke: 0)")
+    x.add_argument("--seeds", type=seed_arg, nargs="+", action="extend", help="seeds (default 0 1 2; off_policy 0-4, tune 100 101; with --smoke: 0)")
     x.add_argument("--output-dir", default="runs/experiments", help="NAME/report.md, figures, "
                    "results.json and runs/ go under it (default runs/experiments)")
     x.add_argument("--eval-size", type=int, help="held-out problems per evaluation (default: the "
                    "experiment's, 200 for most, 1000 for race; --smoke: fewer)")
     x.add_argument("--target", type=float, help="scaling, race: the held-out accuracy to reach "
                    "(default 0.40)")
-    x.add_argument("--searchers", type=int, nargs="+", help="scaling: searcher counts to run "
+    x.add_argument("--searchers", type=int, nargs="+", action="extend", help="scaling: searcher counts to run "
                    "(default 1 2 4; e.g. 1 2 4 8 on a 16-core machine)")
-    x.add_argument("--set", nargs="+", metavar="KEY=VALUE", help="change the experiment's own "
-                   "settings (listed in its report header), e.g. minutes=3 legs=a,b,c (race), "
+    x.add_argument("--set", nargs="+", action="extend", metavar="KEY=VALUE", help="change the "
+                   "experiment's own settings (listed in its report header; --set may repeat), "
+                   "e.g. minutes=3 legs=a,b,c (race), "
                    "other=COMMIT (default), variants=tb,tb_stale10 updates=80 (per_update)")
     x.add_argument("--config", help="YAML of RunConfig fields applied to every run, e.g. "
                    "'training: {learning_rate: 1.25e-5}'; a field the experiment varies or "
@@ -400,9 +403,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit code. SIGTERM (``kill``, a batch scheduler) unwinds
+    like Ctrl-C while the command runs, so its cleanup runs too: ``subprocess.run`` kills the
+    child it waits for (an experiment's ``tba-lab train``), papermill stops its kernel."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    if threading.current_thread() is not threading.main_thread():
+        return args.func(args)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return args.func(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

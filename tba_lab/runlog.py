@@ -78,6 +78,12 @@ def read_jsonl_rows(path: str | Path) -> list[dict]:
     return rows
 
 
+def trainer_seconds(row: dict) -> float:
+    """Seconds the trainer worked on one ``metrics.jsonl`` update: ``update_seconds`` plus
+    ``reference_seconds`` (its reference pass; 0 or absent when the searchers do it)."""
+    return row.get("update_seconds", 0.0) + row.get("reference_seconds", 0.0)
+
+
 def moving_average(values, window: int):
     """Trailing moving average: ``out[i] = mean(values[max(0, i - window + 1) : i + 1])``.
 
@@ -350,7 +356,7 @@ class RunLog:
             self.metrics_f.flush()
             self.rows["metrics"] += 1
             self._report(update_scalars(row), step)
-        self._rates(step, now, row["update_seconds"] + row["reference_seconds"])
+        self._rates(step, now, trainer_seconds(row))
         self.console.update(step, now - self.t_start,
                             {**self.rates, **row, "staleness_max": self.stale_max})
 

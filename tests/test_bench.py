@@ -1,8 +1,7 @@
-"""The benchmarks' bookkeeping: the race (``tba-lab experiment race``,
-tba_lab/lab/experiments/race.py: accuracy at a checkpoint interpolated between evaluations,
-means and ranges over seeds, ratios, the goal line, the report files with fake legs), the
-trade-off race on the other tasks, the per-update benchmark, curves.png's two kinds of held-out
-evaluation (tba_lab/runlog.py), and bench/scaling_check.py.
+"""The benchmarks' bookkeeping: the race (``tba-lab experiment race``, a preset of the sweep
+runner: the legs, the report files with fake legs, the claims), the trade-off race on the other
+tasks, the per-update benchmark, curves.png's two kinds of held-out evaluation
+(tba_lab/runlog.py), and bench/scaling_check.py.
 
 The legs themselves are measured by running the benchmarks, not in tests (timing is not a test)."""
 import importlib.util
@@ -12,21 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tba_lab.lab.experiments import ExperimentError, experiment_settings, run_experiment
+from tba_lab.lab.experiments import (ExperimentError, analyse, experiment_settings, readings,
+                                     run_experiment)
 from tba_lab.lab.experiments import per_update, race
-from tba_lab.lab.experiments import race_tasks as task_race
-
-EVALS = [{"wall_seconds": 0.0, "step": 0, "accuracy": 0.35},
-         {"wall_seconds": 61.2, "step": 100, "accuracy": 0.39},
-         {"wall_seconds": 122.0, "step": 200, "accuracy": 0.41},
-         {"wall_seconds": 180.5, "step": 300, "accuracy": 0.40}]
-
-# A slow leg with 30-s evaluations: each one finishes well after its tick (36, 71, 105 s).
-LATE = [{"wall_seconds": 0.0, "step": 0, "accuracy": 0.35},
-        {"wall_seconds": 36.0, "step": 50, "accuracy": 0.41},
-        {"wall_seconds": 71.0, "step": 100, "accuracy": 0.48},
-        {"wall_seconds": 105.0, "step": 150, "accuracy": 0.41},
-        {"wall_seconds": 120.4, "step": 170, "accuracy": 0.50}]
+from tba_lab.lab.experiments.common import VERDICT_RULE
 
 
 def leg(evals, updates=300, samples=38400, wall=120.0, stale=(0.0, 0)):
@@ -40,37 +28,10 @@ def curve(*points):
     return [{"wall_seconds": t, "step": i, "accuracy": a} for i, (t, a) in enumerate(points)]
 
 
-def spread(mean, lo, hi, n, missing=0):
-    return {"mean": mean, "min": lo, "max": hi, "n": n, "missing": missing}
-
-
-def test_accuracy_at_interpolates_between_the_evaluations_around_the_checkpoint():
-    # by hand: 30 s lies 30/36 of the way from (0 s, 35%) to (36 s, 41%): 35 + 6 * 30/36 = 40%;
-    # 60 s lies 24/35 of the way from (36 s, 41%) to (71 s, 48%): 41 + 7 * 24/35 = 45.8%;
-    # 90 s lies 19/34 of the way from (71 s, 48%) to (105 s, 41%): 48 - 7 * 19/34 = 44.09%
-    assert race.accuracy_at(LATE, 30) == pytest.approx(0.40)
-    assert race.accuracy_at(LATE, 60) == pytest.approx(0.458)
-    assert race.accuracy_at(LATE, 90) == pytest.approx(0.48 - 0.07 * 19 / 34)
-    assert race.accuracy_at(LATE, 36) == 0.41  # a measured point is itself
-    assert race.accuracy_at(LATE, 0) == 0.35
-    assert race.accuracy_at(LATE, 130) is None  # no extrapolation past the last evaluation
-    assert race.accuracy_at(LATE[1:], 30) is None  # nor before the first
-    assert race.accuracy_at(EVALS, 60) == pytest.approx(0.35 + 0.04 * 60 / 61.2)
-
-
-def test_the_table_files_no_late_evaluation_under_the_next_checkpoint():
+def test_the_checkpoints_lie_strictly_inside_the_budget():
     assert race.checkpoints(2, 30) == [30, 60, 90]
     assert race.checkpoints(2.9, 60) == [60, 120]
     assert race.checkpoints(3, 15)[:2] == [15, 30] and race.checkpoints(3, 15)[-1] == 165
-    text = race.race_table({0: {"b": leg(LATE)}}, minutes=2, eval_every=30, target=0.45)
-    head, _, row = text.splitlines()[:3]
-    assert head == ("| leg | updates/min | samples/min | staleness mean/max | acc before "
-                    "| acc @30s (interp.) | acc @60s (interp.) | acc @90s (interp.) | acc end "
-                    "| time to 45% (interp.) |")
-    # filed by time of measurement this row would read "- | 41.0% | 48.0% | 41.0%" instead
-    assert row == ("| (b) sync TB | 150.0 | 19,200 | 0.0/0 | 35.0% | 40.0% | 45.8% | 44.1% "
-                   "| 50.0% | 56 s |")
-    assert "interpolated linearly" in text
 
 
 def two_seeds():
@@ -86,96 +47,10 @@ def two_seeds():
     return {0: s0, 1: s1}
 
 
-def test_updates_table_interpolates_by_update_count_and_counts_the_seeds_that_got_there():
-    # curve() puts evaluation i at update i: seed 0 of (a) reads 35% at 0, 41% at 1, 46% at 2;
-    # at 0.5 updates 38%, at 1.5 updates 43.5%; the seed-1 curve of (a): 39%, 43.5%
-    runs = two_seeds()
-    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in
-            race.updates_table(runs, steps=(0.5, 1.5, 3)).splitlines() if line.startswith("| (")}
-    assert rows["| (a) sync GRPO"][0] == "38.5% (38.0-39.0)"
-    assert rows["| (a) sync GRPO"][1] == "43.5% (43.5-43.5)"
-    assert rows["| (a) sync GRPO"][2].startswith("46.0% (46.0-46.0)")  # both seeds reach update 3
-    only0 = {0: {"a": runs[0]["a"]}, 1: {"a": {**runs[1]["a"], "evals": runs[1]["a"]["evals"][:2]}}}
-    cells = race.updates_table(only0, steps=(1.5,)).splitlines()[2].split(" | ")
-    assert cells[1] == "43.5% (43.5-43.5) [1/2 seeds] |"
-
-
-def test_mean_and_range_over_two_seeds_and_one_seed():
-    runs = two_seeds()
-    agg = race.aggregate(runs, [60, 120], 0.40)
-    a = agg["a"]
-    assert a["seeds"] == 2
-    assert a["updates_per_minute"] == pytest.approx(spread(155.0, 150.0, 160.0, 2))
-    assert a["samples_per_minute"]["mean"] == pytest.approx(19840.0)
-    assert a["accuracy_after"] == pytest.approx(spread(0.46, 0.46, 0.46, 2))
-    # at 60 s: seed 0 35 + 6 * 60/61 %, seed 1 35 + 8 * 60/61 %
-    lo, hi = 0.35 + 0.06 * 60 / 61, 0.35 + 0.08 * 60 / 61
-    assert a["accuracy_at"]["60"] == pytest.approx(spread((lo + hi) / 2, lo, hi, 2))
-    assert agg["c"]["staleness_mean"]["mean"] == pytest.approx(4.2) and agg["c"]["staleness_max"] == 21
-    # time to 40%: (e) reaches it in seed 0 only (at 60 s); the mean counts that seed
-    assert agg["e"]["time_to_target"] == pytest.approx(spread(60.0, 60.0, 60.0, 1, missing=1))
-    text = race.race_table(runs, minutes=3, eval_every=60, target=0.40)
-    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| (")}
-    assert rows["| (a) sync GRPO"].startswith("| (a) sync GRPO | 155.0 (150.0-160.0) | 19,840 (19,200-20,480) "
-                                              "| 0.0 (0.0-0.0)/0 | 35.0% (35.0-35.0) | ")
-    assert rows["| (c) async TBA"].split(" | ")[3] == "4.2 (4.0-4.4)/21"
-    assert rows["| (e) TRL GRPOTrainer"].endswith("| 60 s (60-60) [1/2 seeds] |")
-    assert "mean over seeds 0 1 (min-max)" in text
-    # ratios per seed, then mean and range: (c)/(b) updates 540/390 and 504/360
-    r = race.ratio_numbers(runs)["c/b"]["updates_per_minute"]
-    assert r == pytest.approx(spread((540 / 390 + 504 / 360) / 2, 540 / 390, 1.4, 2))
-    assert "(c)/(b) async TBA / sync TB: updates/min 1.39x (1.38-1.40)" in race.ratios(runs)
-    assert "(a)/(e) sync GRPO / TRL GRPOTrainer: updates/min 1.74x (1.60-1.88)" in race.ratios(runs)
-
-    # one seed: cells and ratios without a range
-    row = lambda updates, samples: leg(EVALS, updates, samples, 180.0)  # noqa: E731
-    one = {0: {"a": row(300, 38400), "b": row(240, 30720), "c": row(360, 46080), "e": row(150, 19200)}}
-    text = race.ratios(one)
-    assert "(c)/(b) async TBA / sync TB: updates/min 1.50x, samples/min 1.50x  [goal >= 1.2]" in text
-    assert "(c)/(a) async TBA / sync GRPO: updates/min 1.20x" in text
-    assert "(a)/(e) sync GRPO / TRL GRPOTrainer: updates/min 2.00x" in text
-    table = race.race_table(one, minutes=3, eval_every=60, target=0.40)
-    at60, at120 = 35 + 4 * 60 / 61.2, 39 + 2 * (120 - 61.2) / 60.8
-    assert (f"| (a) sync GRPO | 100.0 | 12,800 | 0.0/0 | 35.0% | {at60:.1f}% | {at120:.1f}% | 40.0% "
-            "| 92 s |") in table
-
-
-def test_the_goal_on_made_up_races():
-    runs = two_seeds()
-    ticks = race.checkpoints(3, 60)
-    agg = race.aggregate(runs, ticks, 0.40)
-    g = race.goal(agg, ticks)
-    assert g["c_at_or_above_b"] is True and g["c_fastest_to_target"] is True and g["met"] is True
-    assert set(g["c_minus_b"]) == {"60", "120", "end"}
-    assert race.goal_line(g, agg, 0.40).startswith("goal (means over seeds): PASS.")
-    # (c) one point under (b) at the end in seed 1 and at 120 s in both: not at or above
-    runs[1]["c"]["accuracy_after"] = 0.43
-    runs[0]["c"]["evals"][2]["accuracy"] = runs[1]["c"]["evals"][2]["accuracy"] = 0.40
-    agg = race.aggregate(runs, ticks, 0.40)
-    g = race.goal(agg, ticks)
-    assert g["c_at_or_above_b"] is False and g["c_fastest_to_target"] is True and g["met"] is False
-    assert "FAIL (below at 120s, end)" in race.goal_line(g, agg, 0.40)
-    # (c) misses the target in one seed: not the fastest, however fast the other seed was
-    runs = two_seeds()
-    runs[1]["c"]["evals"] = curve((0, 0.35), (60, 0.38), (120, 0.39), (180, 0.39))
-    agg = race.aggregate(runs, ticks, 0.40)
-    assert race.goal(agg, ticks)["c_fastest_to_target"] is False
-    # (a) faster than (c) in the mean
-    runs = two_seeds()
-    runs[0]["a"]["evals"] = curve((0, 0.35), (10, 0.5), (122, 0.46), (181, 0.46))
-    runs[1]["a"]["evals"] = curve((0, 0.35), (10, 0.5), (122, 0.46), (181, 0.46))
-    agg = race.aggregate(runs, ticks, 0.40)
-    assert race.goal(agg, ticks)["c_fastest_to_target"] is False
-    assert "fastest (a) 3 s" in race.goal_line(race.goal(agg, ticks), agg, 0.40)
-    # without leg (b) the goal is not evaluated
-    agg = race.aggregate({0: {k: v for k, v in two_seeds()[0].items() if k != "b"}}, ticks, 0.4)
-    assert race.goal(agg, ticks)["met"] is None
-
-
 def test_the_race_runs_seed_major_and_writes_the_report(tmp_path, monkeypatch):
     """Fake legs (no training) through ``tba-lab experiment race``'s runner: the order, the
-    overrides every leg gets, results.json, report.md's header and readings, and race.png's
-    line and band per leg."""
+    overrides every leg gets, results.json, report.md's header, each leg's rates and time to
+    target over seeds, the claims, and race.png."""
     order = []
 
     def fake(variant, overrides, run_dir, seed, s):
@@ -197,26 +72,85 @@ def test_the_race_runs_seed_major_and_writes_the_report(tmp_path, monkeypatch):
     md = (tmp_path / "race" / "report.md").read_text()
     assert "| seeds | 0 1 |" in md and f"| cores (`os.cpu_count()`) | {os.cpu_count()} |" in md
     assert "legs = ['e', 'a', 'b', 'c'], minutes = 3.0, eval_every = 60.0, eval_size = 1000" in md
-    assert "At equal trainer updates" in md and "| acc @20 updates |" in md
-    assert "- goal (means over seeds): PASS." in md and result["readings"][-1].startswith("goal (means")
     data = json.loads((tmp_path / "race" / "results.json").read_text())
-    a = data["analysis"]
-    assert a["checkpoints"] == [60, 120] and a["goal"]["met"] is True and a["goal"]["c_at_or_above_b"]
     assert data["runs"][6]["evals"] == [{**e, "n": None} for e in two_seeds()[1]["b"]["evals"]]
-    assert a["legs"]["a"]["accuracy_at"]["60"]["min"] == pytest.approx(0.35 + 0.06 * 60 / 61)
-    assert a["legs"]["a"]["updates_per_minute"]["min"] == pytest.approx(150.0)
-    assert a["ratios"]["c/b"]["updates_per_minute"]["max"] == pytest.approx(1.4)
+    cells = {c["variant"]: c for c in data["analysis"]["cells"]}
+    assert (cells["a"]["updates_per_minute"]["min"], cells["a"]["updates_per_minute"]["max"]) == \
+        pytest.approx((150.0, 160.0))
+    # time to 40%: (e) reaches it in seed 0 only (at 60 s); (b) seed 0 at 62 x 5/9 s
+    assert (cells["e"]["time_to_target"]["n"], cells["e"]["time_to_target"]["missing"]) == (1, 1)
+    assert cells["b"]["time_to_target"]["min"] == pytest.approx(62 * 5 / 9)
+    assert cells["c"]["staleness_mean"]["mean"] == pytest.approx(4.2)
+    claims = {c["name"]: c for c in data["analysis"]["claims"]}
+    assert claims["race.updates_per_minute"]["estimate"] == pytest.approx(
+        100 * ((540 / 390 + 504 / 360) / 2 - 1))
+    assert claims["race.time_to_target"]["diffs"] == {  # c minus b per seed, in seconds
+        "0": pytest.approx(30 - 62 * 5 / 9), "1": pytest.approx(37.5 - (62 + 62 * 2 / 5))}
+    assert result["readings"][-1] == VERDICT_RULE
+    assert "- trainer updates per minute: e " in md
     assert (tmp_path / "race" / "race.png").stat().st_size > 1000
 
-    fig = race.plot(two_seeds(), minutes=3, eval_every=60)
-    ax1, ax2 = fig.axes
-    assert [t.get_text() for t in ax1.get_legend().get_texts()] == [
-        "(a) sync GRPO", "(b) sync TB", "(c) async TBA", "(e) TRL GRPOTrainer"]
-    assert len(ax1.collections) == 4 and len(ax2.patches) == 4  # a min-max band and a bar per leg
-    xs, mean, lo, hi = race.curve_points(two_seeds(), "a", 3, 60)
-    assert xs[0] == 0 and xs[-1] == 180 and 60 in xs and 120 in xs
-    i = xs.index(60)
-    assert mean[i] == pytest.approx(0.35 + 0.07 * 60 / 61) and lo[i] < mean[i] < hi[i]
+
+def test_task_race_reads_the_headline_and_trade_off_over_seeds(tmp_path):
+    """The preference race's rows from each leg's summary and evaluations, their means and
+    min-max over seeds as the readings print them, and TB's claim against the baseline."""
+    s = {**experiment_settings("race_preference"), "legs": ["c", "a"]}
+
+    def row(leg, seed, before, after, ppl, updates):
+        run_dir = tmp_path / f"{leg}{seed}"
+        run_dir.mkdir()
+        (run_dir / "eval.jsonl").write_text(json.dumps(
+            {"step": 0, "wall_seconds": 0.0, "win_rate": before, "perplexity_sft": 3.0}) + "\n")
+        summary = {"held_out_metrics": ["win_rate", "perplexity_sft"], "win_rate_before": before,
+                   "win_rate_after": after, "perplexity_sft_before": 3.0,
+                   "perplexity_sft_after": ppl, "trainer_steps": updates, "wall_seconds": 60.0,
+                   "samples_generated": 128 * updates, "staleness_mean": 1.0}
+        return {"variant": leg, "seed": seed, **race.measure(run_dir, summary, s, leg, [])}
+
+    rows = [row("c", 0, 0.20, 0.40, 4.0, 100), row("a", 0, 0.20, 0.30, 3.2, 80),
+            row("c", 1, 0.20, 0.34, 5.0, 120), row("a", 1, 0.20, 0.24, 3.4, 90)]
+    a = analyse("race_preference", rows, s)
+    text = readings("race_preference", a, s)
+    assert text[0] == ("held-out win_rate at the end: c 37.0% (34.0% to 40.0%); "
+                       "a 27.0% (24.0% to 30.0%).")
+    assert text[1] == "win_rate gain (points): c +17.0 (+14.0 to +20.0); a +7.0 (+4.0 to +10.0)."
+    assert text[2] == ("held-out perplexity_sft at the end: c 4.500 (4.000 to 5.000); "
+                       "a 3.300 (3.200 to 3.400).")
+    assert text[3] == "trainer updates per minute: c 110 (100 to 120); a 85 (80 to 90)."
+    (claim,) = a["claims"]  # c minus a: +10 points in both seeds
+    assert claim["name"] == "preference.win_rate.c-a" and claim["estimate"] == pytest.approx(10.0)
+    with pytest.raises(ExperimentError, match="knows"):
+        race.metrics_of("arithmetic")
+
+
+def test_per_update_is_deterministic_and_replays_the_batch(monkeypatch, tmp_path):
+    """``per_update`` has no timing in it: the same seed gives the same evaluations; with
+    reuse 2 the second update trains on the batch of the first (one rollout for two updates);
+    a variant's name gives its config, staleness and replay."""
+    import tba_lab.rollout as rollout_module
+
+    calls = []
+    original = rollout_module.rollout
+    monkeypatch.setattr(rollout_module, "rollout",
+                        lambda *a, **kw: ("version" in kw and calls.append(kw["version"]))
+                        or original(*a, **kw))  # training rollouts (evaluation passes none)
+    small = {"training": {"num_prompts_per_step": 4, "num_generations": 4}}  # B x K = 16 rows
+    a = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small)
+    b = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small)
+    assert a["evals"] == b["evals"] and [s for s, _ in a["evals"]] == [0, 1, 2]
+    assert calls == [0, 1, 0, 1]
+    calls.clear()
+    per_update.run_variant("tb_reuse2", 0, updates=2, eval_every=2, eval_size=8, overrides=small)
+    assert calls == [0]  # one batch rolled out, trained on twice
+    s = {"updates": 2, "eval_every": 1, "eval_size": 8}
+    summary, evals = per_update.run("tb", small, tmp_path / "tb", 0, s)
+    assert [(e["step"], e["accuracy"]) for e in evals] == a["evals"]  # the files say the same
+    row = per_update.measure(tmp_path / "tb", summary, s, "tb", [])
+    assert row["mean_after_first"] == pytest.approx((a["evals"][1][1] + a["evals"][2][1]) / 2)
+    assert (row["stale"], row["reuse"], row["accuracy_after"]) == (0, 1, a["evals"][2][1])
+    assert per_update.parse_variant("tb_len_std_lr2.5e-5_stale10") == (
+        {"algo": "tb", "tb": {"loss_type": "token_mean", "scale_rewards": "group"},
+         "training": {"learning_rate": 2.5e-5}}, 10, 1)
 
 
 # ------------------------------------------------------------------ curves.png (tba_lab/runlog.py)
@@ -274,76 +208,6 @@ def test_curves_png_draws_interim_and_before_after_as_two_labelled_series(tmp_pa
                                                                  "before/after, 500 problems"]
 
 
-# ---------------------------------------------------------------- race_preference, race_redteam
-
-
-def _pref_run(before: float, mid: float, after: float, ppl: float, upm: float) -> dict:
-    """One synthetic preference leg: evaluations at 0, 30 and 60 s."""
-    evals = [{"step": 0, "wall_seconds": 0.0, "win_rate": before, "perplexity_sft": 3.0},
-             {"step": 20, "wall_seconds": 30.0, "win_rate": mid, "perplexity_sft": 3.5},
-             {"step": 40, "wall_seconds": 60.0, "win_rate": after, "perplexity_sft": ppl}]
-    return {"updates": 40, "wall_seconds": 60.0, "updates_per_minute": upm,
-            "samples_per_minute": 128 * upm, "staleness_mean": 1.0, "evals": evals,
-            "before": {"win_rate": before, "perplexity_sft": 3.0},
-            "after": {"win_rate": after, "perplexity_sft": ppl}}
-
-
-def test_task_race_aggregates_the_headline_and_trade_off_over_seeds():
-    """Means and min-max over seeds of the headline metric (interpolated at 15 s) and of the
-    trade-off metric at the end, as the table and the readings print them."""
-    runs = {0: {"c": _pref_run(0.20, 0.30, 0.40, 4.0, 100), "a": _pref_run(0.20, 0.22, 0.30, 3.2, 80)},
-            1: {"c": _pref_run(0.20, 0.26, 0.34, 5.0, 120), "a": _pref_run(0.20, 0.20, 0.24, 3.4, 90)}}
-    agg = task_race.aggregate(runs, "preference", [15.0])
-    c = agg["c"]
-    assert c["seeds"] == 2 and c["updates_per_minute"]["mean"] == pytest.approx(110)
-    assert c["head_at"]["15"]["mean"] == pytest.approx((0.25 + 0.23) / 2)  # halfway to 30 s
-    assert (c["head_after"]["min"], c["head_after"]["max"]) == (0.34, 0.40)
-    assert c["trade_after"]["mean"] == pytest.approx(4.5)
-    text = task_race.race_table(runs, "preference", minutes=1, eval_every=15)
-    assert "| (c) async TBA | 110 (100-120) | 1.0 (1.0-1.0) | 20.0% (20.0-20.0) | 24.0% (23.0-25.0) |" in text
-    lines = task_race.trade_off_readings(runs, "preference")
-    assert lines[0] == ("(c) async TBA: win_rate 20.0% -> 37.0% (+17.0 points, +14.0 to +20.0 over "
-                        "2 seed(s)); perplexity_sft 3 -> 4.5.")
-    assert lines[-1].startswith("Highest win_rate at the end: (c) async TBA; best perplexity_sft "
-                                "(lower is better): (a) sync GRPO.")
-    with pytest.raises(ExperimentError, match="knows"):
-        task_race.metrics_of("arithmetic")
-
-
-def test_per_update_is_deterministic_and_replays_the_batch(monkeypatch):
-    """``per_update`` has no timing in it: the same seed gives the same evaluations; with
-    reuse 2 the second update trains on the batch of the first (one rollout for two updates);
-    a variant's name gives its config, staleness and replay."""
-    import tba_lab.rollout as rollout_module
-
-    calls = []
-    original = rollout_module.rollout
-    monkeypatch.setattr(rollout_module, "rollout",
-                        lambda *a, **kw: ("version" in kw and calls.append(kw["version"]))
-                        or original(*a, **kw))  # training rollouts (evaluation passes none)
-    small = {"training": {"num_prompts_per_step": 4, "num_generations": 4}}  # B x K = 16 rows
-    a = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small)
-    b = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small)
-    assert a["evals"] == b["evals"] and [s for s, _ in a["evals"]] == [0, 1, 2]
-    assert calls == [0, 1, 0, 1]
-    calls.clear()
-    per_update.run_variant("tb_reuse2", 0, updates=2, eval_every=2, eval_size=8, overrides=small)
-    assert calls == [0]  # one batch rolled out, trained on twice
-    rows = [{"variant": "tb", "seed": r["seed"], "stale": 0, "reuse": 1,
-             "evals": [{"step": n, "accuracy": acc} for n, acc in r["evals"]]}
-            for r in (a, {**b, "seed": 1})]
-    text = "\n".join(per_update.table(per_update.analyse(rows, {"eval_size": 8, "updates": 2})))
-    first = 100 * a["evals"][0][1]
-    assert f"| tb | {first:.1f} ({first:.1f}-{first:.1f}) |" in text
-    assert per_update.parse_variant("tb_len_std_lr2.5e-5_stale10") == (
-        {"algo": "tb", "tb": {"loss_type": "token_mean", "scale_rewards": "group"},
-         "training": {"learning_rate": 2.5e-5}}, 10, 1)
-    assert per_update.parse_variant("grpo_beta0.3_reuse2") == ({"algo": "grpo", "grpo": {"beta": 0.3}}, 0, 2)
-    with pytest.raises(ExperimentError, match="factor 'stal5'"):
-        per_update.parse_variant("tb_stal5")
-
-
-# ---------------------------------------------------------------- bench/scaling_check.py
 _sspec = importlib.util.spec_from_file_location(
     "scaling_check", Path(__file__).parents[1] / "bench" / "scaling_check.py")
 scaling = importlib.util.module_from_spec(_sspec)
@@ -377,13 +241,19 @@ def _fake_scaling_run(path: Path, summary: bool = True) -> None:
                            "searcher_threads": 1, "cores": 16}}))
 
 
-def test_scaling_check_time_to_target_is_the_first_crossing_interpolated():
-    evals = [[0.0, 0.35], [4.0, 0.38], [8.0, 0.44], [10.0, 0.46]]
-    assert scaling.time_to(evals, 0.40) == pytest.approx(4 + 4 * 0.02 / 0.06, abs=0.05)  # 5.3 s
-    assert scaling.time_to(evals, 0.45) == pytest.approx(9.0)
-    assert scaling.time_to(evals, 0.35) == 0.0 and scaling.time_to(evals, 0.5) is None
-    assert scaling.time_to([[0, 0.3], [10, 0.5], [20, 0.2], [30, 0.6]], 0.4) == pytest.approx(5.0)
-    assert scaling.time_to([], 0.4) is None
+def test_scaling_check_time_to_target_is_the_first_crossing_interpolated(tmp_path):
+    def reach(name, points, target):
+        _fake_scaling_run(tmp_path / name)
+        (tmp_path / name / "eval.jsonl").write_text("".join(json.dumps(
+            {"step": i, "wall_seconds": t, "accuracy": a, "n": 200}) + "\n" for i, (t, a) in enumerate(points)))
+        return scaling.leg_metrics(tmp_path / name)[f"time_to_{round(100 * target)}"]
+
+    evals = [(0.0, 0.35), (4.0, 0.38), (8.0, 0.44), (10.0, 0.46)]
+    assert reach("a", evals, 0.40) == pytest.approx(4 + 4 * 0.02 / 0.06, abs=0.05)  # 5.3 s
+    assert reach("b", evals, 0.45) == pytest.approx(9.0)
+    assert reach("c", [(0, 0.45), (10, 0.5)], 0.40) == 0.0 and reach("d", evals[:2], 0.45) is None
+    assert reach("e", [(0, 0.3), (10, 0.5), (20, 0.2), (30, 0.6)], 0.40) == pytest.approx(5.0)
+    assert reach("f", [], 0.40) is None
 
 
 def test_scaling_check_leg_metrics_by_hand(tmp_path):
@@ -400,7 +270,7 @@ def test_scaling_check_leg_metrics_by_hand(tmp_path):
     assert (m["staleness_mean"], m["staleness_max"], m["updates"]) == (0.5, 2, 4)
     assert m["evals"][0] == [0.0, 0.35] and m["time_to_45"] == pytest.approx(9.0)
     assert m["resolved"]["reference_pass"] == "searcher"
-    assert m["configured"]["reference_pass"] == "auto" and m["configured"]["searcher_threads"] == "0"
+    assert m["configured"]["reference_pass"] == "auto" and m["configured"]["searcher_threads"] == 0
     # a leg stopped before its summary: the rates come from metrics.jsonl
     _fake_scaling_run(tmp_path / "stopped", summary=False)
     m = scaling.leg_metrics(tmp_path / "stopped")

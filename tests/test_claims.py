@@ -1,9 +1,9 @@
 """Every claim on the scorecard gets an interval and a verdict by a stated rule
-(``common.VERDICT_RULE``, ``common.claim_test``): the claims that ``beta``, ``buffer``,
-``scaling``, ``race`` and the task races build from per-seed paired differences, checked
-against means and 95% t-intervals computed by hand on made-up runs, one verdict of each kind;
-and the committed results under docs/results/ carry each claim's estimate, interval, minimal
-detectable effect and verdict, as their stored runs give them today.
+(``common.VERDICT_RULE``, ``common.claim_test``): the claims that the presets ``beta``,
+``buffer``, ``scaling``, ``race`` and the task races declare on per-seed paired differences,
+checked against means and 95% t-intervals computed by hand on made-up runs, one verdict of
+each kind; and the committed results under docs/results/ carry each claim's estimate,
+interval, minimal detectable effect and verdict, as their stored runs give them today.
 
 Hand computations use Student's t quantiles t(0.975, 2) = 4.302653, t(0.8, 2) = 1.060660 and
 t(0.975, 1) = 12.706205: with three seeds the half-width is 4.302653 x SD / sqrt(3).
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tba_lab.lab.experiments import beta, buffer_sampling, race, race_tasks, scaling
+from tba_lab.lab.experiments import (analyse, beta, buffer_sampling, default_settings, race,
+                                     readings, scaling)
 from tba_lab.lab.experiments.common import VERDICT_RULE
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -46,7 +47,7 @@ def test_beta_claims_kl_supported_and_accuracy_inconclusive():
                          "annealed": [0.2, 0.3, 0.4]},
                      accuracy={"const_default": [0.40, 0.40, 0.40],
                                "const_small": [0.45, 0.37, 0.41], "annealed": [0.4] * 3})
-    c = by_name(beta.analyse(runs, s)["claims"])
+    c = by_name(beta.claims(runs, s))
     kl = c["beta.kl"]  # diffs 0.2, 0.3, 0.4: mean 0.3, SD 0.1
     assert kl["estimate"] == pytest.approx(0.3) and kl["n"] == 3 and kl["missing"] == 0
     assert (kl["ci_low"], kl["ci_high"]) == interval(0.3, 0.1)  # 0.0516 to 0.5484
@@ -73,7 +74,7 @@ def test_buffer_claims_falsified_within_delta_and_on_the_other_side():
     s = {**buffer_sampling.settings(False), "recency": [0.0, 0.95], "inv_temp_at": [0.95]}
     runs = buffer_runs({(0.0, 0.0): [0.40, 0.41, 0.42], (0.95, 0.0): [0.41, 0.41, 0.41],
                         (0.95, 1.0): [0.36, 0.35, 0.37]})
-    c = by_name(buffer_sampling.analyse(runs, s)["claims"])
+    c = by_name(buffer_sampling.claims(runs, s))
     assert set(c) == {"buffer.recency", "buffer.reward_m0.95"}
     recency = c["buffer.recency"]  # diffs +1, 0, -1 points: the interval lies within +-3
     assert recency["estimate"] == pytest.approx(0.0, abs=1e-9)
@@ -85,8 +86,8 @@ def test_buffer_claims_falsified_within_delta_and_on_the_other_side():
     assert reward["verdict"] == "falsified" and reward["direction"] == 1
     # one m only: no recency claim
     s1 = {**s, "recency": [0.95]}
-    assert [x["name"] for x in buffer_sampling.analyse(
-        [r for r in runs if r["recency_prob"] == 0.95], s1)["claims"]] == ["buffer.reward_m0.95"]
+    assert [x["name"] for x in buffer_sampling.claims(
+        [r for r in runs if r["recency_prob"] == 0.95], s1)] == ["buffer.reward_m0.95"]
 
 
 # ------------------------------------------------------------------------- scaling
@@ -103,7 +104,7 @@ def test_scaling_claims_are_relative_to_the_same_seeds_one_searcher_run():
     s = {**scaling.settings(False), "searchers": [1, 2]}
     runs = scaling_runs({1: [100, 100, 100], 2: [120, 130, 110]},
                         {1: [10000] * 3, 2: [15000, 16000, 14000]})
-    c = by_name(scaling.analyse(runs, s)["claims"])
+    c = by_name(scaling.claims(runs, s))
     upm = c["scaling.updates_per_minute.n2"]  # +20%, +30%, +10%: mean 20, SD 10
     assert upm["estimate"] == pytest.approx(20.0)
     assert (upm["ci_low"], upm["ci_high"]) == interval(20.0, 10.0)  # -4.84 to +44.84
@@ -113,10 +114,10 @@ def test_scaling_claims_are_relative_to_the_same_seeds_one_searcher_run():
     assert samples["verdict"] == "supported"
     # a 1-searcher run that made no update gives that seed no ratio: left out, counted
     runs[4]["updates_per_minute"] = 0  # seed 2, n = 1
-    upm = by_name(scaling.analyse(runs, s)["claims"])["scaling.updates_per_minute.n2"]
+    upm = by_name(scaling.claims(runs, s))["scaling.updates_per_minute.n2"]
     assert (upm["n"], upm["missing"], upm["missing_seeds"]) == (2, 1, ["2"])
     assert upm["estimate"] == pytest.approx(25.0)
-    assert scaling.analyse(runs, {**s, "searchers": [1]})["claims"] == []
+    assert scaling.claims(runs, {**s, "searchers": [1]}) == []
 
 
 # ------------------------------------------------------------------------- race
@@ -136,7 +137,7 @@ RACE_RUNS = [race_leg("b", 0, 60, B_REACHES), race_leg("c", 0, 90, [(0, 0.30), (
 
 def test_race_claims_rate_supported_and_time_to_target_with_a_seed_left_out():
     s = {**race.settings(False), "minutes": 1.0, "eval_every": 30.0, "target": 0.40}
-    a = race.analyse(RACE_RUNS, s)
+    a = analyse("race", RACE_RUNS, s)
     c = by_name(a["claims"])
     rate = c["race.updates_per_minute"]  # 90/60, 84/60, 87/60 - 1: +50%, +40%, +45%
     assert rate["estimate"] == pytest.approx(45.0)
@@ -148,34 +149,31 @@ def test_race_claims_rate_supported_and_time_to_target_with_a_seed_left_out():
     assert ttt["estimate"] == pytest.approx(-22.5) and ttt["delta"] == pytest.approx(30.0)
     assert (ttt["ci_low"], ttt["ci_high"]) == interval(-22.5, 15 / math.sqrt(2), n=2, t=T1)
     assert ttt["verdict"] == "inconclusive" and ttt["direction"] == -1
-    text = race.readings(a)
-    assert text[-1].startswith("goal (means over seeds)")  # the goal line stays last
-    assert text.count(VERDICT_RULE) == 1 and text.index(VERDICT_RULE) == len(text) - 2
+    text = readings("race", a, s)
+    assert text.count(VERDICT_RULE) == 1 and text[-1] == VERDICT_RULE  # the rule once, last
     assert any("Left out: seed(s) 2 (async TBA or sync TB never reached 40%" in x for x in text)
     assert any("95% interval +32.6 to +57.4 over 3 seeds" in x and "**supported**" in x
                for x in text)
     # without leg (b) there is no claim, and no rule printed
-    no_b = race.analyse([r for r in RACE_RUNS if r["variant"] != "b"], s)
-    assert no_b["claims"] == [] and VERDICT_RULE not in race.readings(no_b)
+    no_b = analyse("race", [r for r in RACE_RUNS if r["variant"] != "b"], s)
+    assert no_b["claims"] == [] and VERDICT_RULE not in readings("race", no_b, s)
 
 
-def test_race_legacy_claims_read_a_race_json_and_write_claims_files(tmp_path):
-    """A race stored by the script before the presets (``race.json``: header, settings,
-    ``runs`` as {seed: {leg: row}}) gives the same claims as the runner's rows."""
+def stored_rows(runs: dict) -> list[dict]:
+    """The runner's rows from a race stored before the presets (``{seed: {leg: row}}``)."""
+    return [{"variant": leg, "seed": seed, **row} for seed, by_leg in runs.items()
+            for leg, row in by_leg.items()]
+
+
+def test_race_claims_read_a_race_stored_before_the_presets():
+    """A race stored by the script before the presets (``race.json``: ``runs`` as {seed: {leg:
+    row}}) gives the same claims as the runner's rows."""
     runs = {str(r["seed"]): {} for r in RACE_RUNS}
     for r in RACE_RUNS:
         runs[str(r["seed"])][r["variant"]] = {k: v for k, v in r.items() if k not in ("variant", "seed")}
-    (tmp_path / "race.json").write_text(json.dumps({
-        "header": "Race of 2026-01-01T00:00:00", "runs": runs,
-        "settings": {"seeds": [0, 1, 2], "minutes": 1.0, "eval_every": 30.0, "target": 0.40}}))
-    legacy = race.legacy_claims(tmp_path)
     s = {**race.settings(False), "minutes": 1.0, "eval_every": 30.0, "target": 0.40}
-    assert legacy["claims"] == race.analyse(RACE_RUNS, s)["claims"]
-    race.write_legacy_claims(tmp_path)
-    stored = json.loads((tmp_path / "claims.json").read_text())
-    assert stored["claims"] == legacy["claims"] and stored["verdict_rule"] == VERDICT_RULE
-    md = (tmp_path / "claims.md").read_text()
-    assert "Race of 2026-01-01T00:00:00" in md and "**supported**" in md and VERDICT_RULE in md
+    stored = race.claims(stored_rows(runs), s)
+    assert stored == race.claims(RACE_RUNS, s) and stored[1]["missing_seeds"] == ["2"]
 
 
 # ------------------------------------------------------------------------- task races
@@ -189,11 +187,11 @@ def task_leg(variant, seed, win_rate):
 
 
 def test_task_race_claims_tb_minus_each_baseline():
-    s = {**race_tasks.settings(False), "minutes": 1.0, "eval_every": 30.0}
+    s = {**default_settings("race_preference"), "minutes": 1.0, "eval_every": 30.0}
     runs = [task_leg(leg, seed, w) for seed, row in enumerate(
         [{"c": 0.40, "d": 0.30, "g": 0.40}, {"c": 0.34, "d": 0.25, "g": 0.34},
          {"c": 0.37, "d": 0.26, "g": 0.38}]) for leg, w in row.items()]
-    c = by_name(race_tasks.analyse(runs, s)["claims"])
+    c = by_name(race.claims(runs, s))
     assert set(c) == {"preference.win_rate.c-d", "preference.win_rate.c-g"}
     d = c["preference.win_rate.c-d"]  # +10, +9, +11 points
     assert (d["ci_low"], d["ci_high"]) == interval(10.0, 1.0)  # +7.5 to +12.5
@@ -203,12 +201,13 @@ def test_task_race_claims_tb_minus_each_baseline():
     assert (g["ci_low"], g["ci_high"]) == interval(-1 / 3, math.sqrt(1 / 3))  # -1.77 to +1.10
     assert g["verdict"] == "falsified"
     # one seed: an estimate, no interval, inconclusive
-    one = by_name(race_tasks.analyse([r for r in runs if r["seed"] == 0], s)["claims"])
+    one = by_name(race.claims([r for r in runs if r["seed"] == 0], s))
     assert one["preference.win_rate.c-d"]["estimate"] == pytest.approx(10.0)
     assert one["preference.win_rate.c-d"]["ci_low"] is None
     assert one["preference.win_rate.c-d"]["verdict"] == "inconclusive"
-    assert "from one seed, no interval" in " ".join(race_tasks.readings(
-        race_tasks.analyse([r for r in runs if r["seed"] == 0], s)))
+    seed0 = [r for r in runs if r["seed"] == 0]
+    assert "from one seed, no interval" in " ".join(
+        readings("race_preference", analyse("race_preference", seed0, s), s))
 
 
 # ------------------------------------------------------------------------- the committed files
@@ -228,19 +227,22 @@ def test_committed_results_carry_each_claims_interval_and_verdict(name, mod):
     data = json.loads((RESULTS / name / "results.json").read_text())
     claims = data["analysis"]["claims"]
     check_fields(claims)
-    assert json.loads(json.dumps(mod.analyse(data["runs"], data["settings"])["claims"])) == claims
+    assert json.loads(json.dumps(mod.claims(data["runs"], data["settings"]))) == claims
     report = (RESULTS / name / "report.md").read_text()
     assert VERDICT_RULE in report and all(f"**{c['verdict']}**" in report for c in claims)
 
 
-@pytest.mark.parametrize("folder, mod", [("race", race), ("race_preference", race_tasks),
-                                         ("race_redteam", race_tasks)])
-def test_committed_legacy_races_carry_each_claims_interval_and_verdict(folder, mod):
+@pytest.mark.parametrize("folder, mod, file", [("race", race, "race.json"),
+                                               ("race_preference", race, "task_race.json"),
+                                               ("race_redteam", race, "task_race.json")])
+def test_committed_legacy_races_carry_each_claims_interval_and_verdict(folder, mod, file):
     """The races stored before the presets: claims.json beside race.json / task_race.json,
-    equal to :func:`legacy_claims` of the stored runs today."""
+    equal to the preset's claims of the stored runs today."""
     data = json.loads((RESULTS / folder / "claims.json").read_text())
     check_fields(data["claims"])
-    assert json.loads(json.dumps(mod.legacy_claims(RESULTS / folder)["claims"])) == data["claims"]
+    stored = json.loads((RESULTS / folder / file).read_text())
+    claims = mod.claims(stored_rows(stored["runs"]), stored["settings"])
+    assert json.loads(json.dumps(claims)) == data["claims"]
     assert data["verdict_rule"] == VERDICT_RULE
 
 
@@ -248,8 +250,8 @@ def test_committed_legacy_races_carry_each_claims_interval_and_verdict(folder, m
 def test_nb07_prints_and_draws_claims_with_and_without_an_interval(tmp_path, capsys):
     from tba_lab.lab.course.nb07 import draw_claims, print_claims
 
-    claims = [{**by_name(race.analyse(RACE_RUNS, {**race.settings(False), "minutes": 1.0,
-                                                  "eval_every": 30.0})["claims"])[name],
+    claims = [{**by_name(race.claims(RACE_RUNS, {**race.settings(False), "minutes": 1.0,
+                                                "eval_every": 30.0}))[name],
                "experiment": "race"} for name in ("race.updates_per_minute", "race.time_to_target")]
     claims.append({"claim": "D = TB's drop - GRPO's drop", "estimate": -1.0, "ci_low": None,
                    "ci_high": None, "min_detectable_effect": None, "delta": 3.0,

@@ -200,3 +200,52 @@ def test_seed_in_a_config_file_is_checked_like_the_flag():
         with pytest.raises(ConfigError, match=f"seed={seed}: give an integer from 0 to 4294967295"):
             validate(from_dict({"seed": seed}))
     assert validate(from_dict({"seed": 2**32 - 1})).seed == 2**32 - 1
+
+
+def test_a_repeated_list_flag_adds_to_the_first_instead_of_replacing_it():
+    """argparse's nargs="+" alone keeps only the last occurrence: `--set a=1 --set b=2` would drop
+    a=1 without a word. Every list flag of the CLI accumulates."""
+    from tba_lab.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["train", "--report-to", "tensorboard", "--report-to", "wandb"]).report_to \
+        == ["tensorboard", "wandb"]
+    assert p.parse_args(["reproduce", "--only", "01", "--only", "02", "03"]).only == ["01", "02", "03"]
+    assert p.parse_args(["course", "release", "--only", "01", "--only", "02"]).only == ["01", "02"]
+    x = p.parse_args(["experiment", "scaling", "--seeds", "0", "--seeds", "1", "--searchers", "1",
+                      "--searchers", "2", "--set", "target=0.4", "--set", "eval_size=50"])
+    assert (x.seeds, x.searchers, x.set) == ([0, 1], [1, 2], ["target=0.4", "eval_size=50"])
+    assert p.parse_args(["train"]).report_to is None  # absent: the config's value stands
+
+
+def test_sigterm_to_an_experiment_stops_the_training_run_it_waits_for(tmp_path):
+    """`kill PID` of `tba-lab experiment default` (the signal a scheduler or `kill` sends to the
+    one process) unwinds like Ctrl-C: the `tba-lab train` child it waits for is stopped, not
+    left training alone for minutes."""
+    out = tmp_path / "exp"
+    proc = subprocess.Popen([str(TBA_LAB), "experiment", "default", "--smoke", "--output-dir",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=ENV, start_new_session=True)
+    pgid = proc.pid
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None and not _group_members(pgid, "train"):
+            time.sleep(0.2)
+        assert _group_members(pgid, "train"), f"no training child within 120 s:\n{proc.poll()}"
+        proc.send_signal(signal.SIGTERM)  # the parent alone, not the group
+        output, _ = proc.communicate(timeout=20)
+        assert proc.returncode != 0 and "interrupted" in output, output
+        deadline = time.time() + 10
+        while _group_members(pgid, "train") and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _group_members(pgid, "train"), "the training child outlived its experiment"
+    finally:
+        if _group_alive(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def _group_members(pgid: int, word: str) -> list[str]:
+    """Command lines of the processes of session ``pgid`` that contain ``word``."""
+    out = subprocess.run(["ps", "-ww", "-o", "args=", "--sid", str(pgid)], capture_output=True,
+                         text=True).stdout
+    return [line for line in out.splitlines() if word in line.split()]

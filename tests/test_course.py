@@ -279,7 +279,7 @@ ALLOWED_NUMBERS = {
         "about 30 s": CITED, "about 10 s": CITED},
     "03_replay_buffer": {
         "0.0": SETTING, "1.0": SETTING, "0.1": SETTING, "0.5": SETTING, "0.8": SETTING,
-        "0.9": SETTING, "±2": SETTING, "4.5": SETTING, "0.46": ARITHMETIC, "≈ 0.32": ARITHMETIC,
+        "0.9": SETTING, "±2": SETTING, "0.46": ARITHMETIC, "≈ 0.32": ARITHMETIC,
         "about 95%": ARITHMETIC, "about 3.7": CITED, "about 20 s": CITED, "about 10 s": CITED},
     "04_async_searchers": {
         "0 s": SETTING, "0.8": SETTING, "40 s": SETTING, "70 s": SETTING, "0.6": SETTING,

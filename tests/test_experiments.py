@@ -1,6 +1,6 @@
-"""`tba-lab experiment`: time to target, the generated readings, the diversity and KL
-measurements, bad input, and what a SMOKE run of all four through the real trainer leaves
-(``assert_smoke_outputs``, applied to notebook 07's runs in the reproduce test)."""
+"""`tba-lab experiment`: time to target, the sweep runner's generated readings and table, the
+diversity and KL measurements, bad input, and what a SMOKE run of all four through the real
+trainer leaves (``assert_smoke_outputs``, applied to notebook 07's runs in the reproduce test)."""
 import json
 import math
 import os
@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from tba_lab.eval import sample_diversity
-from tba_lab.lab.experiments import (BENCHMARKS, EXPERIMENTS, ExperimentError,
-                                     default_settings, experiment_settings, run_experiment)
+from tba_lab.lab.experiments import (BENCHMARKS, EXPERIMENTS, ExperimentError, analyse,
+                                     default_settings, experiment_settings, readings,
+                                     run_experiment)
 from tba_lab.lab.experiments import module as ex_module
-from tba_lab.lab.experiments import beta, buffer_sampling, default, off_policy, race_tasks, scaling
-from tba_lab.lab.experiments.common import separated, spread, time_to_target, trend
+from tba_lab.lab.experiments import beta, buffer_sampling, default, off_policy, race, scaling
+from tba_lab.lab.experiments.common import spread, time_to_target
 from tba_lab.rollout.backend import Generations
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -50,18 +51,10 @@ def test_time_to_target_interpolates_linearly_between_the_evaluations_around_the
         time_to_target([], 0.4)
 
 
-def test_spread_and_separation():
+def test_spread():
     s = spread([0.1, None, 0.3])
     assert (s["mean"], s["min"], s["max"], s["n"], s["missing"]) == pytest.approx((0.2, 0.1, 0.3, 2, 1))
-    assert spread([None])["mean"] is None
-    assert separated(spread([0.5, 0.6]), spread([0.1, 0.2])) == 1
-    assert separated(spread([0.1, 0.2]), spread([0.5, 0.6])) == -1
-    assert separated(spread([0.1, 0.55]), spread([0.5, 0.6])) == 0
-    assert separated(spread([0.9]), spread([0.1])) == 0  # one seed separates nothing
-    assert trend([0, 0.5, 0.8], [0.1, 0.2, 0.3]) == "rises"
-    assert trend([0.8, 0, 0.5], [0.1, 0.3, 0.2]) == "falls"
-    assert trend([0, 0.5, 0.8], [0.1, 0.3, 0.2]) == "has no monotone trend"
-    assert trend([0, 0.5], [0.2, 0.2]) == "is flat"
+    assert spread([None])["mean"] is None and spread([None])["missing"] == 1
 
 
 # ------------------------------------------------------------------------- readings
@@ -101,7 +94,7 @@ def test_off_policy_claim_is_the_paired_difference_of_drops(tb15, grpo15, d_poin
     runs = off_policy_runs({("tb", 0): FRESH, ("grpo", 0): FRESH, ("tb", 15): tb15,
                             ("grpo", 15): grpo15})
     s = experiment_settings("off_policy")
-    a = off_policy.analyse(runs, s)
+    a = analyse("off_policy", runs, s)
     (c,) = a["claims"]
     assert [round(v, 6) for v in c["diffs"].values()] == d_points
     mean, sd = statistics.mean(d_points), statistics.stdev(d_points)
@@ -112,7 +105,7 @@ def test_off_policy_claim_is_the_paired_difference_of_drops(tb15, grpo15, d_poin
     assert c["min_detectable_effect"] == pytest.approx((2.776445 + 0.940965) * sd / 5 ** 0.5,
                                                        abs=1e-4)
     assert c["verdict"] == verdict and c["delta"] == 3.0
-    text = " ".join(off_policy.readings(a))
+    text = " ".join(readings("off_policy", a, s))
     assert f"**{verdict}**" in text and "behaviour KL per response" in text
     assert "TB loses less accuracy than GRPO on rollouts 15 updates stale (paper: Table 1" in text
     assert f"D = TB's drop - GRPO's drop from L = 0 to L = 15, per seed): {mean:+.1f} points" in text
@@ -176,58 +169,35 @@ def test_report_only_rewrites_the_readings_from_the_stored_runs(tmp_path, capsys
         ex.rewrite_report("all", tmp_path)
 
 
-def beta_analysis(acc, kl):
-    cells = [{"variant": v, "text": v, "accuracy_after": spread(a), "gain": spread(a),
-              "kl": spread(k)} for v, a, k in zip(("const_default", "const_small", "annealed"), acc, kl)]
-    return {"cells": cells, "beta_default": 0.1, "beta_small": 0.03, "kl_prompts": 50, "kl_k": 8}
+def test_readings_and_table_follow_the_numbers():
+    """The runner's generated reading: a sentence per metric with a value (each variant's mean
+    and min to max over seeds, as the metric's formatter prints it), then each claim's sentence
+    and the verdict rule once; the table holds the same cells."""
+    from tba_lab.lab.experiments import table
+    from tba_lab.lab.experiments.common import VERDICT_RULE
 
-
-def test_beta_reading_follows_the_numbers():
-    text = " ".join(beta.readings(beta_analysis(
-        acc=([0.40, 0.41], [0.42, 0.43], [0.46, 0.47]), kl=([0.5, 0.6], [1.5, 1.7], [1.0, 1.1]))))
-    assert "raises the KL (0.55 -> 1.60, ranges separated), as Eq. 2 predicts" in text
-    assert "The smaller constant raises accuracy (40.5% -> 42.5%, ranges separated)" in text
-    assert "accuracy 46.5% is the highest of the three (ranges separated)" in text
-    assert "KL 1.05 is between the two constants" in text
-    assert "supports annealing" in text
-
-    text = " ".join(beta.readings(beta_analysis(
-        acc=([0.44, 0.46], [0.40, 0.46], [0.41, 0.43]), kl=([0.9, 1.1], [0.5, 1.0], [0.2, 0.3]))))
-    assert "does not raise the KL here (1.00 -> 0.75, within noise), against Eq. 2" in text
-    assert "lowers accuracy (45.0% -> 43.0%, within noise)" in text
-    assert "is the lowest of the three" in text
-    assert "does not show an accuracy benefit of annealing" in text
-
-
-def test_buffer_reading_follows_the_numbers():
-    def cell(m, it, acc, div):
-        return {"m": m, "inv_temp": it, "accuracy_after": spread(acc), "gain": spread(acc),
-                "div_distinct_correct": spread(div), "div_pass_at_k": spread(acc),
-                "staleness_mean": spread([2.0, 2.0])}
-    a = {"cells": [cell(0.0, 0.0, [0.30, 0.32], [2.0, 2.2]), cell(0.8, 0.0, [0.40, 0.42], [1.5, 1.7]),
-                   cell(0.95, 0.0, [0.45, 0.47], [1.0, 1.2]), cell(0.8, 1.0, [0.40, 0.44], [2.5, 2.7])],
-         "eval_size": 200, "k": 8, "prompts": 50, "accuracy_before": spread([0.35, 0.35])}
-    text = " ".join(buffer_sampling.readings(a))
-    assert "held-out accuracy rises with m" in text and "Best m = 0.95, worst m = 0" in text
-    assert "differ by 15.0 points, more than the noise" in text
-    assert "Distinct correct responses per prompt (K = 8 samples, 50 prompts) falls with m" in text
-    assert ("At m = 0.8, reward prioritisation (inv_temp 1 instead of 0) raises accuracy "
-            "(41.0% -> 42.0%, within noise) and raises distinct correct responses (1.60 -> 2.60, "
-            "ranges separated)") in text
-    # equal counts whose means differ only by float rounding read as no change (the 2026-12-02
-    # run printed "lowers accuracy (41.2% -> 41.2%)")
-    a["cells"][3]["accuracy_after"] = spread([0.4116666666666666])
-    a["cells"][1]["accuracy_after"] = spread([0.4116666666666667])
-    text = " ".join(buffer_sampling.readings(a))
-    assert "leaves accuracy unchanged (41.2% -> 41.2%, within noise)" in text
-    assert "can act only on prompts" not in text  # results written before the share was measured
-    a["cells"][3]["share_over_k"] = spread([0.0, 0.0])
-    text = " ".join(buffer_sampling.readings(a))
-    assert ("at the end of the inv_temp 1 runs 0.0% of the stored prompts did, so inv_temp 1 and "
-            "0 drew the same groups and this comparison cannot show its effect") in text
-    a["cells"][3]["share_over_k"] = spread([0.3, 0.5])
-    text = " ".join(buffer_sampling.readings(a))
-    assert "runs 40.0% of the stored prompts did." in text and "cannot show" not in text
+    s = {**experiment_settings("buffer"), "recency": [0.0, 0.95], "inv_temp_at": [0.95]}
+    cells = {"m0_inv0": ([0.30, 0.32], [2.0, 2.2]), "m0.95_inv0": ([0.45, 0.47], [1.0, 1.2]),
+             "m0.95_inv1": ([0.40, 0.44], [2.5, 2.7])}
+    runs = [{"variant": v, "seed": seed, "accuracy_after": acc[seed],
+             "div_distinct_correct": div[seed], "staleness_mean": 2.0}
+            for seed in (0, 1) for v, (acc, div) in cells.items()]
+    a = analyse("buffer", runs, s)
+    text = readings("buffer", a, s)
+    assert text[0] == ("held-out accuracy after training: m0_inv0 31.0% (30.0% to 32.0%); "
+                       "m0.95_inv0 46.0% (45.0% to 47.0%); m0.95_inv1 42.0% (40.0% to 44.0%).")
+    assert text[1] == ("distinct correct of K = 8 samples: m0_inv0 2.10 (2.00 to 2.20); "
+                       "m0.95_inv0 1.10 (1.00 to 1.20); m0.95_inv1 2.60 (2.50 to 2.70).")
+    assert not any(t.startswith(("pass@K", "share of stored")) for t in text)  # no values
+    # recency: +15 points in both seeds; reward at m = 0.95: -5 and -3, t(0.975, 1) = 12.706
+    assert "m = 0, inv_temp 0, same seed, equal updates): +15.0 points, 95% interval +15.0 to " \
+           "+15.0 over 2 seeds" in text[3] and "**supported**" in text[3]
+    assert "-4.0 points, 95% interval -16.7 to +8.7 over 2 seeds" in text[4]
+    assert "**inconclusive**" in text[4] and text[-1] == VERDICT_RULE
+    rows = table("buffer", a, s)
+    assert rows[0].startswith("| variant | held-out accuracy after training | distinct correct")
+    assert rows[2] == ("| m0_inv0 | 31.0% (30.0% to 32.0%) | 2.10 (2.00 to 2.20) | n/a | n/a "
+                       "| 2.0 (2.0 to 2.0) |")
 
 
 def test_share_over_k_counts_prompts_with_more_than_k_rollouts(tmp_path):
@@ -246,28 +216,6 @@ def test_share_over_k_counts_prompts_with_more_than_k_rollouts(tmp_path):
     # them at any inv_temp
     groups = {pid: sorted(r.response_ids[1] for r in buffer._by_reward(pid, 4)) for pid in (0, 2)}
     assert groups == {0: [0, 1, 2, 3], 2: [0, 1, 2, 3]}
-
-
-def test_scaling_reading_follows_the_numbers():
-    def cell(n, ttt, upm, samples, meas, pred):
-        return {"n": n, "seeds": 3, "time_to_target": spread(ttt), "accuracy_after": spread([0.45] * 3),
-                "updates_per_minute": spread(upm), "samples_per_minute": spread(samples),
-                "measured_steady_upm": spread(meas), "predicted_steady_upm": spread(pred),
-                "closed_form_upm": spread(pred)}
-    a = {"cells": [cell(1, [30, 40, 50], [170] * 3, [20000] * 3, [175] * 3, [180] * 3),
-                   cell(2, [20, 30, 40], [120] * 3, [25000] * 3, [125] * 3, [120] * 3),
-                   cell(4, [None] * 3, [70] * 3, [22000] * 3, [75] * 3, [72] * 3)],
-         "curves": [], "target": 0.40, "cores": 2, "eval_every": 15, "eval_size": 200,
-         "train_seconds": 90}
-    text = " ".join(scaling.readings(a))
-    assert "1 searcher(s): 40 s (30 s to 50 s), reached in 3 of 3 seeds" in text
-    assert "4 searcher(s): not reached (0 of 3 seeds)" in text
-    assert "2 searcher(s) got there first, 1.33x sooner than 1 on average." in text
-    assert "LINEAR INTERPOLATION" in text
-    assert "updates per minute (summary.json) falls with n" in text
-    assert "samples generated per minute has no monotone trend" in text
-    assert "n = 2: predicted 120, measured 125 (-4%)" in text
-    assert "exceed the cores from n = 2 on" in text
 
 
 # ------------------------------------------------------------------------- diversity
@@ -405,6 +353,9 @@ def test_searchers_and_set_flags_set_the_settings(tmp_path, capsys, monkeypatch)
                      "--output-dir", str(tmp_path)]) == 0
     s = experiment_settings("race", settings=seen["settings"])
     assert (s["minutes"], s["legs"], s["target"], s["eval_size"]) == (3.0, ["a", "c"], 0.45, 1000)
+    assert cli.main(["experiment", "race", "--set", "minutes=3", "--set", "legs=a,c",
+                     "--output-dir", str(tmp_path)]) == 0  # --set repeated: both count
+    assert seen["settings"] == {"minutes": "3", "legs": "a,c"}
     s = experiment_settings("default", settings={"other": 1234567, "minutes": "2"})
     assert (s["other"], s["minutes"]) == ("1234567", 2)  # a commit, and the config's type
     s = experiment_settings("default", settings={"other": "HEAD", "report_to": "tensorboard"})
@@ -504,13 +455,14 @@ def test_default_runs_other_then_this_per_seed_and_compares_them(tmp_path, monke
     assert [(c[0], c[1]) for c in calls] == [(0, "other"), (0, "this"), (1, "other"), (1, "this")]
     assert calls[0][2] == str(tmp_path / "old") and calls[1][2] == str(default.HERE)
     assert calls[1][3] == ["train", "--task", "arithmetic"]  # the defaults: no config file
-    table = (tmp_path / "out" / "default" / "report.md").read_text()
-    assert ("| this | 0 | 34.6% -> 49.4% (+14.8) | 1,102 | 122.4 | 141,056 | 1.0 / 2 | 0.300 "
-            "| 0.050 |") in table  # median update seconds without the first update's 9 s
-    assert r["readings"][1].startswith("`this` (2 seed(s)): accuracy after training 49.0% "
-                                       "(48.6% to 49.4%), a gain of +14.4 (+14.0 to +14.8) points")
-    assert r["readings"][2] == (f"Against `{tmp_path / 'old'}`, this checkout raises the update "
-                                f"rate (119 -> 120).")
+    report = (tmp_path / "out" / "default" / "report.md").read_text()
+    # the median update seconds leave out the first update's 9 s
+    assert ("| this | 49.0% (48.6% to 49.4%) | +14.4 (+14.0 to +14.8) | 120.3 (118.3 to 122.4) "
+            "| 0.300 (0.300 to 0.300) | 0.050 (0.050 to 0.050) | 1.0 (1.0 to 1.0) |") in report
+    assert r["readings"][1] == ("accuracy gain (points): other +14.4 (+14.0 to +14.8); "
+                                "this +14.4 (+14.0 to +14.8).")
+    assert r["readings"][2] == ("trainer updates per minute: other 119.0 (117.0 to 121.0); "
+                                "this 120.3 (118.3 to 122.4).")
     # claims of no change, by the rule: the gains are equal (0 +- 0 points), the rates 1.13%
     # apart (+1.16% and +1.11%): both intervals lie within the deltas of 3 points and 10%
     gain, rate = r["analysis"]["claims"]
@@ -535,7 +487,7 @@ def test_full_settings_and_the_seed_major_plan():
         for smoke in (False, True):
             for _, overrides in ex_module(name).variants(default_settings(name, smoke)):
                 from_dict(overrides)
-    assert [v for v, _ in race_tasks.variants(default_settings("race_redteam"))] == [
+    assert [v for v, _ in race.variants(default_settings("race_redteam"))] == [
         "c", "d", "g", "c2", "c3"]  # the legs of docs/results/race_redteam/
     from tba_lab.algorithms import TBConfig
 

@@ -6,7 +6,7 @@
   ``config.yaml`` written by the kit's own ``write_yaml`` and a ``summary.json``; no training.
 * The widget: its controls, their labels and CSS classes (the browser test finds them by
   class), the table rebuilt from disk, Compare, Export and Clear, driven with ``Button.click()``.
-* Interrupting the kernel: the stop hooks (unit tests), ``run_and_plot(live=True)`` when Ctrl-C
+* Interrupting the kernel: the stop hooks (unit tests), ``run_and_plot`` when Ctrl-C
   lands in its redraw loop, and one real run in a Jupyter kernel: "Run" clicked, "interrupt
   kernel" while the kernel is idle and again while a cell runs; each time the run ends, saved,
   every searcher process is gone and the explorer starts the next run.
@@ -382,7 +382,7 @@ def test_interrupt_hook_installs_into_the_kernels_idle_handler(monkeypatch):
 
 
 def test_run_and_plot_sets_the_stop_event_on_ctrl_c(tmp_path, monkeypatch):
-    """Ctrl-C in the redraw loop of ``run_and_plot(live=True)``: the stop event is set, the run
+    """Ctrl-C in the redraw loop of ``run_and_plot``: the stop event is set, the run
     is waited for (it saves and stops its searchers), then the KeyboardInterrupt goes on."""
     import tba_lab.lab.live as live
 
@@ -405,7 +405,7 @@ def test_run_and_plot_sets_the_stop_event_on_ctrl_c(tmp_path, monkeypatch):
 
     monkeypatch.setattr(live, "BackgroundRun", FakeRun)
     with pytest.raises(KeyboardInterrupt):
-        run_and_plot(merge_overrides(knob_overrides(), TINY), 30, tmp_path / "run", live=True,
+        run_and_plot(merge_overrides(knob_overrides(), TINY), 30, tmp_path / "run",
                      on_update=lambda fig: None)
     assert FakeRun.last.stop_event.is_set() and FakeRun.last.calls == 2
     assert not widgets._INTERRUPTS._stops  # nothing left registered

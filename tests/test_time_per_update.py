@@ -1,6 +1,6 @@
 """tba_lab.lab.timeline.time_per_update / plot_time_per_update on a small fake run folder, and
-tba_lab.lab.recorded's 2026-12-04 H200 legs (drawable, consistent with the calibration of
-tba_lab.lab.predict, which reads its validation targets from them)."""
+tba_lab.lab.recorded's 2026-12-04 H200 legs (drawable, consistent with the calibration of the
+scaling prediction, tba_lab.lab.simulate.predict, which reads its validation targets from them)."""
 import json
 
 import matplotlib
@@ -9,7 +9,6 @@ import pytest
 matplotlib.use("Agg")
 
 from tba_lab.lab import recorded  # noqa: E402
-from tba_lab.lab.predict import CALIBRATION_2026_12_04, MEASURED_2026_12_04  # noqa: E402
 from tba_lab.lab.timeline import (format_time_per_update, plot_time_per_update,  # noqa: E402
                                   time_per_update)
 
@@ -127,11 +126,18 @@ def test_recorded_legs_name_their_source_and_agree_with_the_calibration():
         assert set(leg["trainer"]) == {"update", "reference", "wait"}
         assert set(leg["searcher"]) == {"generation", "scoring", "sync"}
         assert leg["run_seconds"] == (25.0 if leg["device"] == "cpu" else 30.0)
-    # every validation target is a recorded figure (none missing: None would break the errors)
-    assert all(v is not None for m in MEASURED_2026_12_04.values() for v in m.values())
+    # every validation target (each leg with samples) is a recorded figure (none missing: None
+    # would break the errors), and the 60-s check run is one
+    targets = [leg for leg in {**legs, **recorded.GPU_CHECK_2026_12_04}.values()
+               if leg["samples_per_minute"] is not None]
+    assert len(targets) == 7
+    assert all(leg[k] is not None for leg in targets
+               for k in ("updates_per_minute", "samples_per_minute", "staleness_mean"))
     # the calibration's medians (run_timings of the same two runs, written down apart) round to
     # the recorded per-update medians
-    for calib in CALIBRATION_2026_12_04.values():
+    assert {c["run"] for c in recorded.CALIBRATION_2026_12_04.values()} == {"cpu_async_tb_n1",
+                                                                             "gpu_sync_tb"}
+    for calib in recorded.CALIBRATION_2026_12_04.values():
         leg = legs[calib["run"]]
         assert calib["update_only_seconds"] == pytest.approx(leg["trainer"]["update"], abs=5e-4)
         assert calib["gen_seconds"] == pytest.approx(leg["searcher"]["generation"], abs=5e-4)

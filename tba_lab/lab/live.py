@@ -1,9 +1,5 @@
-"""Run ``tba_lab.trainer.train`` in a background thread and redraw a figure while it runs.
-
-Used by notebook 01 (a live reward curve). The trainer itself spawns its searcher processes
-(``tba_lab.actors``); this module only adds a thread around ``train`` so the notebook's main
-thread is free to read ``metrics.jsonl`` and redraw. In a headless run (papermill, CI) the
-redraws simply replace each other in the cell output; the caller saves the final figure.
+"""A training run in a background thread, redrawn while it runs (notebook 01's live reward curve):
+the thread around ``train`` keeps the notebook's main thread free to read its logs and redraw.
 """
 from __future__ import annotations
 
@@ -14,25 +10,15 @@ from tba_lab.runlog import moving_average, read_jsonl_rows  # noqa: F401  (movin
 
 
 class BackgroundRun:
-    """``train(cfg)`` in a daemon thread.
+    """``train(cfg)`` in a daemon thread; setting ``stop_event`` ends it early, saved.
 
     ``train`` installs its Ctrl-C handlers only in the main thread, so interrupting the kernel
-    while a background run is going stops the redraw loop, not the run; ``join`` waits for it.
-    (The explorer, :mod:`tba_lab.lab.widgets`, sets the stop event on an interrupt.)
-
-    Whether the run has ended is an ``Event`` set when ``train`` returns, not
-    ``Thread.is_alive()``: a ``Thread.join`` interrupted by ``KeyboardInterrupt`` (Ctrl-C in a
-    cell that waits on the run) leaves CPython 3.11's thread marked as stopped while it runs.
-
-    Args:
-        cfg: a :class:`~tba_lab.config.RunConfig`.
-        stop_event: optional ``threading.Event``; setting it ends the run early (``train``'s
-            ``stop_event``), with everything saved.
+    stops the redraw loop, not the run. The run's end is an ``Event``, not ``is_alive()``:
+    CPython 3.11 marks a thread stopped when a ``join`` on it is interrupted.
     """
 
     def __init__(self, cfg, stop_event: threading.Event | None = None):
-        self.cfg = cfg
-        self.stop_event = stop_event
+        self.cfg, self.stop_event = cfg, stop_event
         self.run_dir = Path(cfg.output_dir)
         self.summary: dict | None = None
         self.error: BaseException | None = None
@@ -70,18 +56,17 @@ class BackgroundRun:
         return self.summary
 
     def metrics(self) -> list[dict]:
-        """The ``metrics.jsonl`` rows written so far (one per trainer update)."""
+        """The ``metrics.jsonl`` rows written so far."""
         return read_jsonl_rows(self.run_dir / "metrics.jsonl")
 
     def evals(self) -> list[dict]:
-        """The ``eval.jsonl`` rows written so far (held-out greedy accuracy)."""
+        """The ``eval.jsonl`` rows written so far."""
         return read_jsonl_rows(self.run_dir / "eval.jsonl")
 
 
 def watch(run: BackgroundRun, draw, every: float = 5.0) -> None:
-    """Redraw ``draw(run)`` (returns a matplotlib Figure) every ``every`` seconds until the run
-    ends, replacing the cell's previous output; the figure is closed after each display. When
-    the run ends the last redraw is cleared as soon as the caller shows its final figure."""
+    """Show ``draw(run)`` (a Figure) every ``every`` seconds until the run ends, each replacing the
+    cell's output; the last one is cleared when the run ends."""
     import matplotlib.pyplot as plt
     from IPython.display import clear_output, display
 
@@ -91,6 +76,3 @@ def watch(run: BackgroundRun, draw, every: float = 5.0) -> None:
         display(fig)
         plt.close(fig)
     clear_output(wait=True)
-
-
-__all__ = ["BackgroundRun", "moving_average", "watch"]

@@ -1,30 +1,11 @@
-"""Timings recorded on bigger hardware, for the course to set beside the student's own runs.
-
-Source: one NVIDIA H200 with 16 CPU cores, the kit at bd662ce, 25-s CPU / 30-s GPU runs, seed 0
-(:data:`SOURCE`). Those runs' placement is not today's default: the trainer did the reference
-pass on every row it drained from the searchers, each async CPU process used 1 torch thread, and
-on the GPU the trainer and all searchers shared the H200; so the trainer's reference time per
-update grew with the number of searchers. Nothing here describes the automatic placement
-(:mod:`tba_lab.actors.placement`); :mod:`tba_lab.lab.predict` predicts it from these runs.
-
-:data:`H200_2026_12_04` holds one entry per leg, shaped like
-:func:`tba_lab.lab.timeline.time_per_update`'s result so that
-:func:`~tba_lab.lab.timeline.plot_time_per_update` draws both:
-
-* ``trainer``: medians per update, seconds: ``update`` (``update_seconds``), ``reference``
-  (``reference_seconds``), ``wait`` (``wait_seconds``);
-* ``searcher``: medians per generation batch, seconds: ``generation`` (``gen_seconds``);
-  ``scoring`` and ``sync`` were not part of the record (None);
-* ``updates_per_minute`` and ``samples_per_minute``: ``summary.json``'s rates (per minute of
-  the run's wall time, start-up included); ``staleness_mean``: ``summary.json``'s mean
-  staleness of the rows trained on; ``run_seconds``: the training budget.
-
-None marks a number the record does not have; none is estimated. The sync GRPO rate is
-recorded to the nearest update per minute only. :data:`GPU_CHECK_2026_12_04` holds one more
-run of that machine and date (``bench/gpu_check.sh``'s 60-s async run), rates only.
-
-This module is the one copy of these figures: :data:`tba_lab.lab.predict.MEASURED_2026_12_04`
-(the scaling prediction's validation targets) is read from it.
+"""Timings recorded on one NVIDIA H200 with 16 CPU cores (:data:`SOURCE`), the one copy of these
+figures: beside the student's own runs, and the check of the scaling prediction
+(:func:`tba_lab.lab.simulate.predict`). Their placement is not today's default: the trainer did
+the reference pass on every row it drained, 1 torch thread per async CPU process, and on the GPU
+all processes shared the H200. :data:`H200_2026_12_04`'s legs are shaped like
+:func:`tba_lab.lab.timeline.time_per_update`'s result (medians, seconds), with the summary's
+rates (per minute of wall time, start-up included) and ``run_seconds``, the budget; None: not
+recorded (nothing is estimated).
 """
 from __future__ import annotations
 
@@ -54,7 +35,7 @@ H200_2026_12_04 = {
                             staleness_mean=0.967),
     "cpu_async_tb_n8": _leg("cpu", "async", "tb", 8, 25.0, 35.71, 28952, 0.313, 0.688, 0.008, 0.462,
                             staleness_mean=0.983),
-    # GPU: the trainer and every searcher on the one H200
+    # GPU: the trainer and every searcher on the one H200 (sync GRPO: to the nearest update/min)
     "gpu_sync_tb": _leg("cuda", "sync", "tb", 1, 30.0, 158.94, 20344, 0.045, 0.019, 0.145, 0.136,
                         staleness_mean=0.0),
     "gpu_sync_grpo": _leg("cuda", "sync", "grpo", 1, 30.0, 169, None, 0.043, None, 0.136, None,
@@ -65,15 +46,28 @@ H200_2026_12_04 = {
                              staleness_mean=2.045),
 }
 
-# Source: bench/gpu_check.sh's 60-s async (TBA) run with the trainer and 3 searchers on the one
-# H200, on the same machine and date as the legs above; its summary.json rates only. Twice the
-# budget of the GPU legs above, so start-up weighs half as much.
+# bench/gpu_check.sh's 60-s async (TBA) run, trainer and 3 searchers on the H200, same machine
+# and date; its summary.json rates only (twice the budget: start-up weighs half as much).
 GPU_CHECK_2026_12_04 = {
     "gpu_check_async_n3_60s": {"device": "cuda", "mode": "async", "algo": "tba",
                                "num_searchers": 3, "run_seconds": 60.0,
                                "updates_per_minute": 560.26, "samples_per_minute": 80615,
                                "staleness_mean": 2.854},
 }
+
+# The scaling prediction's inputs (tba_lab.lab.simulate.predict_leg), seconds: run_timings() of
+# the two 1-searcher runs; the GPU's overhead is the CPU run's (a sync run has no async loop).
+CALIBRATION_2026_12_04 = {
+    "cpu": {"run": "cpu_async_tb_n1", "gen_seconds": 0.3808, "score_seconds": 0.0020,
+            "update_only_seconds": 0.2919, "ref_seconds": 0.0964, "overhead_seconds": 0.001,
+            "handover_seconds": 0.0068, "jitter": 0.124, "searcher_start_seconds": 12.0482,
+            "searcher_warmup_seconds": 0.0, "stop_seconds": 0.4},
+    "cuda": {"run": "gpu_sync_tb", "gen_seconds": 0.1357, "score_seconds": 0.0014,
+            "update_only_seconds": 0.0453, "ref_seconds": 0.0189, "overhead_seconds": 0.001,
+            "handover_seconds": 0.0072, "jitter": 0.1721, "searcher_start_seconds": 12.5771,
+            "searcher_warmup_seconds": 0.4668, "stop_seconds": 0.2},
+}
+ROWS_PER_BATCH = 128  # B x K = 16 prompts x 8 responses in every leg
 
 # The legs notebook 10 draws, with their bar labels: searchers added with the recorded placement.
 CPU_LEGS = {"n1": "cpu_async_tb_n1", "n4": "cpu_async_tb_n4", "n8": "cpu_async_tb_n8"}

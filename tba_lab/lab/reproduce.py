@@ -1,23 +1,20 @@
 """``tba-lab reproduce``: execute every course notebook headless with papermill and report.
 
-Each notebook in ``notebooks/`` (sorted by name) runs with the parameters
-
-    SMOKE = <--smoke>, SEED = <--seed>, OUTPUT_DIR = <output-dir>/<notebook stem>
-
-overriding its ``parameters`` cell. The notebooks hold their worked solutions (the
-instructor's copy), so every checker runs and passes. The executed notebooks, each notebook's figures
-(``*.png`` it saves in its OUTPUT_DIR) and ``metrics.json`` go under ``--output-dir``, with a
-``report.md`` that lists, per notebook, the status, wall-clock seconds, the metrics and the
-figures, and ``parameters.json`` with what every notebook ran with. The command exits 1 if
-any notebook fails (its error is in the report), 0 otherwise.
+Each notebook in ``notebooks/`` (worked solutions in) runs with ``SMOKE``, ``SEED`` and
+``OUTPUT_DIR = <output-dir>/<notebook stem>`` overriding its ``parameters`` cell. Under
+``--output-dir`` go the executed notebooks, their figures and ``metrics.json``, ``report.md``
+and ``parameters.json``. Also the helpers :mod:`~tba_lab.lab.site` and
+:mod:`~tba_lab.lab.assignments` share: :func:`find_notebooks`, :func:`relinked`, :func:`require`.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
 from pathlib import Path
 
+from tba_lab.lab.runs import _read_json, flatten_config
 from tba_lab.paths import REPO_DIR
 
 NOTEBOOK_DIR = REPO_DIR / "notebooks"
@@ -25,10 +22,7 @@ NOTEBOOK_DIR = REPO_DIR / "notebooks"
 
 def find_notebooks(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:
     """The course notebooks, sorted; ``only`` keeps those whose stem starts with one of them.
-
-    Raises:
-        FileNotFoundError: no notebooks found (the message says where it looked).
-    """
+    FileNotFoundError when none is found."""
     books = sorted(p for p in Path(notebook_dir).glob("*.ipynb") if not p.name.startswith("."))
     if only:
         books = [p for p in books if any(p.stem.startswith(o) for o in only)]
@@ -38,24 +32,35 @@ def find_notebooks(notebook_dir: Path = NOTEBOOK_DIR, only: list[str] | None = N
     return books
 
 
-def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, seed: int = 0,
-              only: list[str] | None = None, kernel_name: str | None = None,
-              notebook_dir: Path = NOTEBOOK_DIR) -> list[dict]:
-    """Execute the notebooks; return one result dict per notebook and write ``report.md``.
+def require(module: str, who: str, extra: str = "course"):
+    """``module`` imported, or ImportError saying that ``who`` needs it and how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(f'{who} needs {module}: pip install -e ".[{extra}]"') from e
 
-    Raises:
-        ImportError: papermill is not installed (``pip install -e ".[course]"``).
-        FileNotFoundError: no notebooks found.
-        ValueError: ``seed`` outside 0 .. ``tba_lab.config.SEED_MAX``.
-    """
+
+def relinked(path: Path, relink):
+    """The notebook at ``path`` (nbformat 4) with ``relink(source)`` as each markdown cell's."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = relink(cell.source)
+    return nb
+
+
+def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, seed: int = 0,
+              only: list[str] | None = None, notebook_dir: Path = NOTEBOOK_DIR) -> list[dict]:
+    """Execute the notebooks; return one result dict per notebook and write ``report.md``.
+    Raises ImportError (no papermill), FileNotFoundError (no notebooks), ValueError (a seed
+    outside 0 .. ``tba_lab.config.SEED_MAX``)."""
     from tba_lab.config import SEED_MAX
 
     if not 0 <= int(seed) <= SEED_MAX:
         raise ValueError(f"--seed {seed}: give a seed from 0 to {SEED_MAX}")
-    try:
-        import papermill as pm
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError('tba-lab reproduce needs papermill: pip install -e ".[course]"') from e
+    pm = require("papermill", "tba-lab reproduce")
 
     out = Path(output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -65,15 +70,13 @@ def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, se
         t0 = time.time()
         error = None
         try:
-            pm.execute_notebook(str(nb), str(out / nb.name), parameters=params,
-                                kernel_name=kernel_name, progress_bar=False, log_output=False,
-                                cwd=str(nb.parent.parent))
+            pm.execute_notebook(str(nb), str(out / nb.name), parameters=params, progress_bar=False,
+                                log_output=False, cwd=str(nb.parent.parent))
         except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
             error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
         seconds = round(time.time() - t0, 1)
         nb_out = out / nb.stem
-        metrics_path = nb_out / "metrics.json"
-        metrics = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
+        metrics = _read_json(nb_out / "metrics.json") or {}
         figures = sorted(str(p.relative_to(out)) for p in nb_out.glob("*.png")) if nb_out.is_dir() else []
         results.append({"notebook": nb.name, "ok": error is None, "error": error,
                         "seconds": seconds, "parameters": params, "metrics": metrics,
@@ -91,7 +94,7 @@ def write_report(results: list[dict], out: Path, smoke: bool) -> Path:
              f"{sum(r['seconds'] for r in results):.0f} s in total.", "",
              "| notebook | status | seconds | metrics |", "|---|---|---|---|"]
     for r in results:
-        m = ", ".join(f"{k}={_fmt(v)}" for k, v in _flat(r["metrics"])) or "-"
+        m = ", ".join(f"{k}={_fmt(v)}" for k, v in flatten_config(r["metrics"]).items()) or "-"
         status = "ok" if r["ok"] else f"FAILED: {r['error']}"
         lines.append(f"| [{r['notebook']}]({r['notebook']}) | {status} | {r['seconds']:.0f} | {m} |")
     for r in results:
@@ -105,19 +108,9 @@ def write_report(results: list[dict], out: Path, smoke: bool) -> Path:
     return path
 
 
-def _flat(metrics: dict, prefix: str = "") -> list[tuple[str, object]]:
-    """Nested dicts as dotted keys: ``{"a": {"b": 1}}`` -> ``[("a.b", 1)]``."""
-    items = []
-    for k, v in metrics.items():
-        key = f"{prefix}{k}"
-        items += _flat(v, key + ".") if isinstance(v, dict) and v else [(key, v)]
-    return items
-
-
 def _fmt(v, max_items: int = 6, escape: bool = True) -> str:
-    """One metric value for the report's table: floats to 4 significant digits, a list of more
-    than ``max_items`` items as its first and last items and its length (the whole value is in
-    the notebook's ``metrics.json``); ``|`` escaped so the Markdown table keeps its columns."""
+    """One metric value for the report's table: floats to 4 digits, a list of more than
+    ``max_items`` cut to its first and last items and its length, ``|`` escaped."""
     if isinstance(v, float):
         text = f"{v:.4g}"
     elif isinstance(v, (list, tuple)):

@@ -1,18 +1,11 @@
-"""Runs on disk, the explorer's memory: the runs table, the settings two runs differ in, and a
-run's settings exported as a YAML config.
-
-Every explorer run is a directory ``output_root/run_NN`` holding the ``config.yaml`` and
-``summary.json`` the trainer writes. These plain functions read them; the explorer widget
-(:mod:`tba_lab.lab.widgets`) shows them, and they work without it:
-
-* :func:`list_runs` -- one row of settings and results per run directory (a restarted kernel
-  rebuilds the table from disk);
-* :func:`compare_runs` -- the settings two runs differ in;
-* :func:`export_config` -- a run's settings as a YAML file for ``tba-lab train --config``.
+"""Runs on disk, the explorer's memory (``output_root/run_NN`` with the trainer's ``config.yaml``
+and ``summary.json``): the runs table, the settings two runs differ in, a run's settings as a
+YAML config. A restarted kernel rebuilds the table from disk.
 """
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 
@@ -31,14 +24,18 @@ SETTING_COLUMNS = {"algo": "algo", "mode": "async.mode", "beta": "{algo}.beta",
 RESULT_COLUMNS = {"seconds": "wall_seconds", "accuracy_before": "accuracy_before",
                   "accuracy_after": "accuracy_after", "updates": "trainer_steps",
                   "staleness_mean": "staleness_mean", "staleness_max": "staleness_max"}
+#: Written by :func:`~tba_lab.lab.widgets.run_and_plot` when a stop event ended the run before
+#: its budget (``train`` saves such a run as one that used its budget).
+STOPPED_FILE = "stopped.json"
 _RUN_NAME = re.compile(r"run_(\d+)$")
 
 
 def flatten_config(data: dict, prefix: str = "") -> dict:
-    """Nested config data -> ``{"training.learning_rate": 5e-05, "algo": "tb", ...}``."""
+    """Nested dicts as dotted keys: ``{"training": {"learning_rate": 5e-05}}`` ->
+    ``{"training.learning_rate": 5e-05}`` (an empty dict stays a value)."""
     out: dict = {}
     for key, value in (data or {}).items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value:
             out.update(flatten_config(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
@@ -46,13 +43,8 @@ def flatten_config(data: dict, prefix: str = "") -> dict:
 
 
 def read_settings(run_dir: str | Path) -> dict:
-    """A run's ``config.yaml`` as flat dotted keys (:func:`flatten_config`), read as plain YAML
-    (no validation, so a run of an older or extended kit still shows).
-
-    Raises:
-        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
-        ValueError: the file is not a YAML mapping.
-    """
+    """A run's ``config.yaml`` as flat dotted keys, not validated (a run of an older kit still
+    shows). FileNotFoundError without one, ValueError when it is not a YAML mapping."""
     import yaml
 
     path = Path(run_dir) / "config.yaml"
@@ -65,49 +57,36 @@ def read_settings(run_dir: str | Path) -> dict:
     return flatten_config(data)
 
 
-def _read_summary(run_dir: Path) -> dict | None:
-    import json
-
+def _read_json(path: Path):
+    """The JSON in ``path``, or None when it is missing or half-written."""
     try:
-        return json.loads((run_dir / "summary.json").read_text())
+        return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return None
 
 
-#: Written into a run directory by :func:`run_and_plot` when a stop event ended the run before
-#: its budget (``train`` saves such a run as at the end of the budget: ``interrupted`` is False).
-STOPPED_FILE = "stopped.json"
-
-
-def _stopped_early(summary: dict | None, cfg) -> bool:
-    """Did a stop event end this run? (Its training clock stopped before the budget, with
-    updates left, and it was not interrupted: ``train``'s loop has no other way out.)"""
-    if not summary or summary.get("interrupted"):
+def _mark_stopped(out: Path, summary: dict | None, cfg) -> bool:
+    """Write :data:`STOPPED_FILE` and return True if a stop event ended this run: not
+    interrupted, and stopped before its budget and its step limit."""
+    max_steps, budget = cfg.training.max_steps, 60 * cfg.max_minutes
+    if (not summary or summary.get("interrupted") or (summary.get("wall_seconds") or 0.0) >= budget
+            or (max_steps and (summary.get("trainer_steps") or 0) >= max_steps)):
         return False
-    max_steps = cfg.training.max_steps
-    if max_steps and (summary.get("trainer_steps") or 0) >= max_steps:
-        return False
-    return (summary.get("wall_seconds") or 0.0) < 60 * cfg.max_minutes
-
-
-def _mark_stopped(out: Path, summary: dict, cfg) -> None:
-    import json
-
     (out / STOPPED_FILE).write_text(json.dumps(
         {"trainer_steps": summary.get("trainer_steps"), "wall_seconds": summary.get("wall_seconds"),
-         "budget_seconds": round(60 * cfg.max_minutes, 1)}) + "\n")
+         "budget_seconds": round(budget, 1)}) + "\n")
+    return True
 
 
-def _was_stopped(run_dir: Path, summary: dict) -> bool:
-    """:data:`STOPPED_FILE` is there and belongs to this summary (not to an earlier try of a
-    run that was resumed or rerun in the same directory since)."""
-    import json
-
-    try:
-        marker = json.loads((run_dir / STOPPED_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return isinstance(marker, dict) and marker.get("trainer_steps") == summary.get("trainer_steps")
+def _status(run_dir: Path, summary: dict | None) -> str:
+    if summary is None:
+        return "incomplete"
+    if summary.get("interrupted"):
+        return "interrupted"
+    marker = _read_json(run_dir / STOPPED_FILE)  # it must belong to this summary, not to an
+    stopped = isinstance(marker, dict) and \
+        marker.get("trainer_steps") == summary.get("trainer_steps")  # earlier try in the folder
+    return "stopped" if stopped else "done"
 
 
 def _algo_section(algo) -> str:
@@ -118,38 +97,26 @@ def _algo_section(algo) -> str:
     return cls.section or cls.name
 
 
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
 def list_runs(output_root: str | Path) -> list[dict]:
-    """One row per run directory under ``output_root`` (each that holds a ``config.yaml``), in
-    natural name order (``run_2`` before ``run_10``).
-
-    A row has ``run`` (the directory name), ``run_dir``, ``status`` ("done": the run used its
-    budget; "stopped": ended early by a stop event, the explorer's "Stop" or an interrupt of the
-    kernel (:func:`run_and_plot` leaves :data:`STOPPED_FILE` in the run directory);
-    "interrupted": Ctrl-C or SIGTERM in the training process; "incomplete": no ``summary.json``
-    yet, i.e. still running or killed), the settings of :data:`SETTING_COLUMNS`,
-    ``budget_seconds`` (``max_minutes`` in seconds) and the results of :data:`RESULT_COLUMNS`
-    (None where the summary has none). Unreadable configurations are left out.
+    """A row per run directory under ``output_root`` with a readable ``config.yaml``, in natural
+    order (``run_2`` before ``run_10``): ``run``, ``run_dir``, ``status`` ("done", "stopped" by
+    a stop event, "interrupted" by Ctrl-C or SIGTERM, "incomplete": running or killed), the
+    :data:`SETTING_COLUMNS`, ``budget_seconds`` and the :data:`RESULT_COLUMNS` (or None).
     """
     root = Path(output_root)
     if not root.is_dir():
         return []
     rows = []
     for d in sorted((p for p in root.iterdir() if (p / "config.yaml").is_file()),
-                    key=lambda p: _natural(p.name)):
+                    key=lambda p: [int(t) if t.isdigit() else t
+                                   for t in re.split(r"(\d+)", p.name)]):
         try:
             flat = read_settings(d)
         except (OSError, ValueError):
             continue
-        summary = _read_summary(d)
+        summary = _read_json(d / "summary.json")
         section = _algo_section(flat.get("algo"))
-        row = {"run": d.name, "run_dir": str(d),
-               "status": ("incomplete" if summary is None
-                          else "interrupted" if summary.get("interrupted")
-                          else "stopped" if _was_stopped(d, summary) else "done")}
+        row = {"run": d.name, "run_dir": str(d), "status": _status(d, summary)}
         row.update({col: flat.get(key.format(algo=section)) for col, key in SETTING_COLUMNS.items()})
         minutes = row.get("max_minutes")
         row["budget_seconds"] = round(60 * minutes, 1) if isinstance(minutes, (int, float)) else None
@@ -159,13 +126,8 @@ def list_runs(output_root: str | Path) -> list[dict]:
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path, ignore=("output_dir",)) -> dict:
-    """The settings two runs differ in: ``{dotted key: (value in a, value in b)}``, sorted by key
-    (a key one config lacks has None there). ``ignore``: keys left out (by default
-    ``output_dir``, which always differs).
-
-    Raises:
-        FileNotFoundError, ValueError: as :func:`read_settings`.
-    """
+    """The settings two runs differ in, but ``ignore``: ``{dotted key: (value in a, value in b)}``,
+    sorted, None where a config lacks the key. Raises as :func:`read_settings`."""
     a, b = read_settings(run_a), read_settings(run_b)
     return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
             if k not in set(ignore) and a.get(k) != b.get(k)}
@@ -173,24 +135,10 @@ def compare_runs(run_a: str | Path, run_b: str | Path, ignore=("output_dir",)) -
 
 def export_config(run_dir: str | Path, path: str | Path | None = None,
                   output_dir: str | Path | None = None) -> Path:
-    """Write the settings of the run in ``run_dir`` as a YAML file for ``tba-lab train --config``.
-
-    The file is the run's ``config.yaml`` (validated by :func:`tba_lab.config.load_yaml`) with
-    one change: ``output_dir`` (default ``<run_dir>-cli`` next to the run, as an absolute path)
-    so that training from it never overwrites the explorer's run. ``max_minutes`` stays the
-    run's budget; ``tba-lab train --config FILE --max-minutes 9`` trains longer.
-
-    Args:
-        run_dir: a run directory (its ``config.yaml``).
-        path: the file to write (default ``run_dir/export.yaml``).
-        output_dir: the exported config's ``output_dir``.
-
-    Returns:
-        the path written.
-
-    Raises:
-        FileNotFoundError: no ``config.yaml`` in ``run_dir``.
-        tba_lab.config.ConfigError: the run's settings do not validate in this version of the kit.
+    """Write the run's validated ``config.yaml`` to ``path`` (default ``run_dir/export.yaml``)
+    for ``tba-lab train --config``, with ``output_dir`` (default ``<run_dir>-cli`` beside it)
+    so that it never overwrites the explorer's run; return ``path``. Raises FileNotFoundError
+    (no ``config.yaml``) or ConfigError (the settings do not validate in this kit).
     """
     import yaml
 

@@ -1,17 +1,11 @@
 """``make site`` (``tba-lab course site``): the course as a static website, built offline.
 
-:func:`build_site` runs the notebooks with the kit's own :func:`~tba_lab.lab.reproduce.reproduce`
-(papermill) and builds a site with mkdocs + mkdocs-jupyter: the README as front page, the ten
-notebooks in order with their outputs and figures, the results page and the rest of ``docs/``.
-In ``out``: ``executed/`` (the executed notebooks, their figures, ``report.md``), ``src/`` (the
-site's source laid out like the repository: ``index.md`` is README.md, links rewritten by
-:func:`rewrite_links`), ``mkdocs.yml`` and ``build.log``, and ``html/``, the site: open
-``html/index.html`` or serve it (``python -m http.server -d runs/site/html``).
-
-Nothing is downloaded, at build time or when a page is viewed: no web fonts, no require.js or
-MathJax, and ipywidgets outputs (their renderer comes from a CDN) are shown as a line of text.
-Each notebook page starts with a note saying how it ran: in full, or in SMOKE (a tiny
-configuration) when its full run takes more than :data:`FULL_MAX_SECONDS` on 2 cores.
+:func:`build_site` runs the notebooks with :func:`~tba_lab.lab.reproduce.reproduce` into
+``executed/`` and builds ``html/`` with mkdocs + mkdocs-jupyter from ``src/`` (README.md as
+``index.md``, the notebooks, ``docs/``; links rewritten by :func:`rewrite_links`). Nothing is
+downloaded, at build time or when a page is viewed: no web fonts, require.js or MathJax, and
+ipywidgets outputs show as a line of text. Open ``html/index.html``, or serve it
+(``python -m http.server -d runs/site/html``).
 """
 from __future__ import annotations
 
@@ -24,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, reproduce, write_report
+from tba_lab.lab.reproduce import NOTEBOOK_DIR, find_notebooks, relinked, reproduce, write_report
 from tba_lab.paths import REPO_DIR
 
 #: Seconds of each notebook's full run on the 2-core development machine (README.md, "The
@@ -45,14 +39,11 @@ _CDN_SCRIPTS = re.compile(r'<script src=""> </script>|<script type="module">'
 def rewrite_links(text: str, page: str, site_files: set[str], html: bool = False) -> str:
     """Markdown ``text`` of the repository file ``page`` with its relative links fixed for the site.
 
-    ``page`` and ``site_files`` are paths relative to the repository root ("README.md",
-    "notebooks/01_on_policy_grpo.ipynb", "docs/results/README.md"); ``site_files`` holds every
-    file the site has. A link to one of them is kept, a link to README.md (the front page) goes to
-    ``index.md``; with ``html=True`` (notebooks: mkdocs leaves their links as they are) a page's
-    link becomes its URL, e.g. ``../docs/results/README.md#x`` -> ``../docs/results/index.html#x``.
-    A link to a folder goes to its README.md, index.md or report.md, or its only page. Any other
-    link (source code, a file not on the site) becomes its plain text. External links, anchors
-    and fenced code are left as they are.
+    ``page`` and ``site_files`` (every file of the site) are relative to the repository root. A
+    link to a site file is kept (README.md: ``index.md``), one to a folder goes to its README.md,
+    index.md, report.md or only page, any other becomes its plain text; with ``html=True``
+    (notebooks) a page's link becomes its URL (``../docs/results/index.html#x``). External
+    links, anchors and fenced code are left as they are.
     """
     base = posixpath.dirname(page)
 
@@ -96,10 +87,8 @@ def _prepare_notebook(src: Path, dst: Path, page: str, site_files: set[str], not
     outputs as text (their renderer would come from a CDN) and no widget state."""
     import nbformat
 
-    nb = nbformat.read(src, as_version=4)
+    nb = relinked(src, lambda text: rewrite_links(text, page, site_files, html=True))
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            cell.source = rewrite_links(cell.source, page, site_files, html=True)
         for out in cell.get("outputs", []):
             if _WIDGET in out.get("data", {}):
                 out["data"] = {"text/plain": "(an interactive ipywidgets control: it works in "
@@ -112,23 +101,20 @@ def _prepare_notebook(src: Path, dst: Path, page: str, site_files: set[str], not
     nbformat.write(nb, dst)
 
 
-def _note(stem: str, smoke: bool, seed: int, seconds: float) -> str:
-    """The line at the top of a notebook's page saying how it was executed."""
-    date = datetime.date.today().isoformat()
-    answers = (" The exercise cells show their worked solutions; `make lab` opens copies "
-               "without them.")
-    if not smoke:
-        return (f"> **Executed for this site** on {date}: the full run (`SMOKE = False`), seed "
-                f"{seed}, {seconds:.0f} s. Run it yourself with `make lab`.{answers}")
-    return (f"> **Executed for this site** on {date} with `SMOKE = True`, seed {seed}: a tiny "
-            f"configuration that checks the notebook runs, so the numbers are not the lesson's. "
-            f"The full run takes about {FULL_SECONDS.get(stem[:2], '?')} s on 2 cores: run it "
-            f"yourself with `make lab`.{answers}")
+def _note(name: str, smoke: bool, seed: int, seconds: float) -> str:
+    """The line at the top of notebook ``name``'s page saying how it was executed."""
+    how = (f": the full run (`SMOKE = False`), seed {seed}, {seconds:.0f} s. Run it" if not smoke
+           else f" with `SMOKE = True`, seed {seed}: a tiny configuration that checks the notebook "
+                f"runs, so the numbers are not the lesson's. The full run takes about "
+                f"{FULL_SECONDS.get(name[:2], '?')} s on 2 cores: run it")
+    return (f"> **Executed for this site** on {datetime.date.today().isoformat()}{how} yourself "
+            "with `make lab`. The exercise cells show their worked solutions; `make lab` opens "
+            "copies without them.")
 
 
 def _mkdocs_yml(stems: list[str]) -> str:
-    """The site's mkdocs.yml (paths relative to it): material without web fonts, no directory
-    URLs (the site opens from file:// too), the notebooks shown as executed, no require.js."""
+    """The site's mkdocs.yml: material without web fonts, no directory URLs (the site opens from
+    file:// too), the notebooks shown as executed, no require.js."""
     import yaml
 
     nav = [{"Home": "index.md"}, {"Course": [f"notebooks/{s}.ipynb" for s in stems]},
@@ -150,8 +136,8 @@ def _mkdocs_yml(stems: list[str]) -> str:
 
 
 def broken_links(html_dir: str | Path) -> list[str]:
-    """``"page.html -> target"`` for each local ``href``/``src`` of the built site whose file is
-    missing, and each ``page.html#anchor`` whose page has no element with that id."""
+    """``"page.html -> target"`` for each local ``href``/``src`` of the built site whose file, or
+    the element of whose ``#anchor``, is missing."""
     html_dir, broken = Path(html_dir), []
     for page in sorted(html_dir.rglob("*.html")):
         for ref in re.findall(r'\b(?:href|src)="([^"]*)"', page.read_text(errors="replace")):
@@ -167,23 +153,16 @@ def broken_links(html_dir: str | Path) -> list[str]:
 
 def build_site(out_dir: str | Path, smoke: bool = False, only: list[str] | None = None,
                seed: int = 0) -> Path:
-    """Execute the notebooks into ``out_dir/executed`` and build the site in ``out_dir/html``.
+    """Execute the notebooks (``only``: names starting with one of these) into
+    ``out_dir/executed`` and build the site in ``out_dir/html``; return ``html/index.html``.
 
-    Notebooks run in full when their full run takes at most :data:`FULL_MAX_SECONDS`
-    (:data:`FULL_SECONDS`), in SMOKE otherwise or when ``smoke``; ``only`` keeps the notebooks
-    whose name starts with one of its entries ("01", "02"). Takes about 14 minutes on 2 cores
-    with the defaults (13.4 min, 2026-12-07), 10 to 60 s per notebook in SMOKE. Returns
-    ``html/index.html``.
-
-    Raises:
-        RuntimeError: a notebook failed (named, with ``executed/report.md``), or mkdocs failed.
-        FileNotFoundError: no notebooks match ``only``.
-        ValueError, ImportError: from ``reproduce`` (bad seed, papermill missing).
+    A notebook runs in full when :data:`FULL_SECONDS` says it takes at most
+    :data:`FULL_MAX_SECONDS`, else (or with ``smoke``) in SMOKE; about 14 minutes on 2 cores.
+    Raises RuntimeError (a notebook or mkdocs failed), and ``reproduce``'s errors.
     """
     out = Path(out_dir).resolve()
     executed, src = out / "executed", out / "src"
-    books = find_notebooks(NOTEBOOK_DIR, only)
-    stems = [b.stem for b in books]
+    stems = [b.stem for b in find_notebooks(NOTEBOOK_DIR, only)]
     runs_smoke = {s: smoke or FULL_SECONDS.get(s[:2], 0) > FULL_MAX_SECONDS for s in stems}
     results = []
     for run_smoke in (False, True):
@@ -208,10 +187,9 @@ def build_site(out_dir: str | Path, smoke: bool = False, only: list[str] | None 
                                                 site_files))
     (src / "notebooks").mkdir()
     for r in results:
-        stem = Path(r["notebook"]).stem
         _prepare_notebook(executed / r["notebook"], src / "notebooks" / r["notebook"],
                           f"notebooks/{r['notebook']}", site_files,
-                          _note(stem, r["parameters"]["SMOKE"], seed, r["seconds"]))
+                          _note(r["notebook"], r["parameters"]["SMOKE"], seed, r["seconds"]))
 
     (out / "mkdocs.yml").write_text(_mkdocs_yml(stems))
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--clean", "-f",

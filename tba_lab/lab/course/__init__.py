@@ -1,48 +1,32 @@
 """The course's exercise machinery (Spinning Up style: a stub the student fills, a checker).
 
-Each notebook has at least two exercises. A student writes a function in a notebook cell and
-calls ``check("01.group_advantages", my_function)``, which first compares the function's
-parameters with the stub's (a renamed, missing or extra parameter is a FAIL that shows the
-expected signature), then runs it on several inputs and compares with the package's reference
-implementation using ``np.allclose``-type checks. It prints PASS or FAIL with the first
-mismatch, and returns True or False: in a student's kernel it never raises, so the notebook runs
-on. Under nbgrader's autograder (which sets ``NBGRADER_EXECUTION``) a FAIL raises
-``AssertionError``, which is how nbgrader scores the check cell 0.
-
-Where things live:
-    notebooks/NN_*.ipynb        the instructor's copy: each exercise cell holds its worked
-                                solution between ``### BEGIN SOLUTION`` and ``### END SOLUTION``
-                                (nbgrader's regions); ``tba-lab course release`` removes them
-    tba_lab/lab/course/nbXX.py  exercises of notebook XX: the empty stub, the reference and the
-                                inputs (no solutions: students install this package)
-    check(name, fn)             the checker a notebook cell calls (nbgrader's graded cell)
-    EXERCISES                   every exercise by name (tests: solutions pass, stubs fail)
+``check("01.group_advantages", fn)`` compares ``fn``'s parameters with the stub's, runs ``fn``
+on several inputs against the package's reference, prints PASS or FAIL with the first mismatch
+and returns True or False; under nbgrader (``NBGRADER_EXECUTION`` set) a FAIL raises
+``AssertionError``. The worked solutions live in the notebooks between ``### BEGIN SOLUTION``
+and ``### END SOLUTION``; ``nbXX.py`` holds notebook XX's exercises (no solutions) and helpers.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
+import json
+import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import torch
 
 
 @dataclass
 class Exercise:
-    """One exercise.
-
-    Attributes:
-        name: "NN.short_name", NN the notebook number.
-        description: one line shown by ``check``.
-        stub: the empty function the notebook shows (raises NotImplementedError).
-        reference: the package implementation the answer is compared with.
-        cases: returns a list of (args, kwargs) inputs; called fresh for every check.
-        rtol, atol: tolerances of the comparison.
-        compare: optional ``compare(got, want) -> str | None`` (None = equal) for outputs
-            that are not arrays (e.g. dicts or tuples); default: ``np.allclose`` on arrays.
-    """
+    """One exercise: ``name`` "NN.short_name" (NN the notebook), ``description`` (one line),
+    ``stub`` (the empty function the notebook shows), ``reference`` (the package's), ``cases``
+    (returns fresh (args, kwargs) inputs), ``rtol``/``atol`` of the default comparison
+    (``np.allclose``) or ``compare(got, want) -> str | None`` (None = equal)."""
     name: str
     description: str
     stub: Callable
@@ -51,44 +35,47 @@ class Exercise:
     rtol: float = 1e-5
     atol: float = 1e-6
     compare: Callable[[Any, Any], str | None] | None = None
-    notes: str = field(default="")
+
+
+@dataclass
+class Reference:
+    """What a reference returns when its compare needs more than one value: the case's
+    ``args`` and the reference's ``result`` (e.g. a model stepped by the reference)."""
+    args: tuple
+    result: Any = None
 
 
 _MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10")
 
 
+def from_minimal(name: str) -> Callable:
+    """A reference that calls ``tba_lab.minimal.<name>``, imported at the first call (minimal.py
+    loads transformers, which a notebook that never checks it need not wait for)."""
+    def reference(*args, **kwargs):
+        return getattr(importlib.import_module("tba_lab.minimal"), name)(*args, **kwargs)
+    return reference
+
+
 def _load() -> dict[str, Exercise]:
     found: dict[str, Exercise] = {}
     for mod in _MODULES:
-        try:
-            m = importlib.import_module(f"tba_lab.lab.course.{mod}")
-        except ModuleNotFoundError as e:
-            if e.name == f"tba_lab.lab.course.{mod}":
-                continue  # that notebook has no exercises module (yet)
-            raise
-        for ex in getattr(m, "EXERCISES", []):
+        for ex in importlib.import_module(f"tba_lab.lab.course.{mod}").EXERCISES:
             if ex.name in found:
                 raise ValueError(f"duplicate exercise name {ex.name!r}")
             found[ex.name] = ex
     return found
 
 
-EXERCISES: dict[str, Exercise] = _load()
-
-
 def _as_array(x) -> np.ndarray:
-    try:
-        import torch
-
-        if isinstance(x, torch.Tensor):
-            return x.detach().cpu().double().numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().double().numpy()
     return np.asarray(x, dtype=np.float64)
 
 
 def _default_compare(got, want, rtol: float, atol: float) -> str | None:
-    if isinstance(want, (tuple, list)) and want and not np.isscalar(want[0]):
+    """``np.allclose`` of arrays or tensors (a sequence of them, or of numbers and arrays: item
+    by item), with the shape and, for floating tensors, the dtype; why they differ, or None."""
+    if isinstance(want, (tuple, list)) and not all(np.isscalar(w) for w in want):
         if not isinstance(got, (tuple, list)) or len(got) != len(want):
             return f"expected a sequence of {len(want)} outputs, got {type(got).__name__}"
         for i, (g, w) in enumerate(zip(got, want)):
@@ -96,14 +83,9 @@ def _default_compare(got, want, rtol: float, atol: float) -> str | None:
             if msg:
                 return f"output {i}: {msg}"
         return None
-    try:
-        import torch
-
-        if (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)
-                and got.dtype != want.dtype and want.is_floating_point()):
-            return f"dtype {got.dtype}, expected {want.dtype}"
-    except ImportError:  # pragma: no cover
-        pass
+    if (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)
+            and got.dtype != want.dtype and want.is_floating_point()):
+        return f"dtype {got.dtype}, expected {want.dtype}"
     g, w = _as_array(got), _as_array(want)
     if g.shape != w.shape:
         return f"shape {g.shape}, expected {w.shape}"
@@ -112,6 +94,34 @@ def _default_compare(got, want, rtol: float, atol: float) -> str | None:
         return (f"values differ (largest gap at flat index {bad}: got {g.reshape(-1)[bad]:.6g}, "
                 f"expected {w.reshape(-1)[bad]:.6g})")
     return None
+
+
+def compare_gradient(requires_grad: bool, why: str, rtol: float, atol: float) -> Callable:
+    """A compare that first checks whether a tensor result carries a gradient
+    (``requires_grad``), failing with ``why`` otherwise, then compares the values."""
+    def compare(got, want):
+        if isinstance(got, torch.Tensor) and got.requires_grad != requires_grad:
+            return why
+        return _default_compare(got, want, rtol=rtol, atol=atol)
+    return compare
+
+
+def compare_value(got, want, unit: str = "", python_float: bool = False) -> str | None:
+    """Equality of plain values: None only equals None; a number within 1e-6 (``python_float``:
+    ``got`` must be an int or float, not a tensor; ``unit`` follows the numbers in the message);
+    anything else by ``==`` (a list equals a tuple of the same items)."""
+    if want is None or got is None:
+        return None if got is want else f"got {got!r}, expected {want!r}"
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        try:
+            ok = (not python_float or isinstance(got, (int, float))) and math.isclose(
+                float(got), want, rel_tol=1e-6, abs_tol=1e-6)
+        except (TypeError, ValueError):
+            ok = False
+        return None if ok else f"got {got!r}{unit}, expected {want:.6g}{unit}"
+    if isinstance(got, list) and isinstance(want, tuple):
+        got = tuple(got)
+    return None if got == want else f"got {got!r}, expected {want!r}"
 
 
 def _describe(args: tuple, kwargs: dict) -> str:
@@ -126,29 +136,23 @@ def _describe(args: tuple, kwargs: dict) -> str:
         if "\n" in text:  # a model, an optimizer: its type says enough
             return type(x).__name__
         return text if len(text) <= 60 else text[:57] + "..."
-    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
-    return ", ".join(parts)
+    return ", ".join([one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()])
 
 
 _VAR = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 def _signature_problem(fn: Callable, stub: Callable, cases: list) -> str | None:
-    """Why ``fn`` does not have the stub's signature, or None when it does.
-
-    ``fn`` must name the stub's parameters in the stub's order; it may add parameters with a
-    default after them. A function taking ``*args, **kwargs`` (a wrapper) accepts any call and
-    passes. Independently of the names, every case's call must bind to ``fn`` (a parameter the
-    stub gives a default needs one too; a positional-only parameter cannot take a keyword).
-    Callables without a readable signature (some builtins) are not checked.
-    """
+    """Why ``fn`` does not have the stub's signature (the stub's parameters in its order, then
+    only ones with a default; a ``*args, **kwargs`` wrapper passes; every case must bind), or
+    None. Callables without a readable signature (some builtins) are not checked."""
     try:
         want, got = inspect.signature(stub), inspect.signature(fn)
     except (TypeError, ValueError):
         return None
     kinds = {p.kind for p in got.parameters.values()}
     if set(_VAR) <= kinds:
-        return None  # *args, **kwargs: takes whatever the cases pass
+        return None
     want_names = [p.name for p in want.parameters.values() if p.kind not in _VAR]
     got_params = [p for p in got.parameters.values() if p.kind not in _VAR]
     for i, w in enumerate(want_names):
@@ -161,9 +165,9 @@ def _signature_problem(fn: Callable, stub: Callable, cases: list) -> str | None:
     extra = [p.name for p in got_params[len(want_names):] if p.default is inspect.Parameter.empty]
     if extra:
         return f"extra parameter{'s' if len(extra) > 1 else ''} without a default: {', '.join(extra)}"
-    for i, case in enumerate(cases):
+    for i, (args, kwargs) in enumerate(cases):
         try:
-            got.bind(*case[0], **case[1])
+            got.bind(*args, **kwargs)
         except TypeError as e:
             return f"case {i} cannot call it: {e}"
     return None
@@ -173,13 +177,8 @@ GRADING_ENV = "NBGRADER_EXECUTION"  # nbgrader sets it to "autograde" or "valida
 
 
 def check(name: str, fn: Callable, verbose: bool = True) -> bool:
-    """Run exercise ``name`` on ``fn``; print PASS/FAIL (when ``verbose``) and return the result.
-
-    Raises:
-        KeyError: unknown exercise name (the message lists the known ones).
-        AssertionError: a FAIL while nbgrader grades (``NBGRADER_EXECUTION`` set): the check
-            cell then scores 0; in a student's kernel a FAIL returns False instead.
-    """
+    """Run exercise ``name`` on ``fn``; print PASS/FAIL (when ``verbose``) and return the
+    result. KeyError: unknown name; AssertionError: a FAIL while nbgrader grades."""
     if name not in EXERCISES:
         raise KeyError(f"unknown exercise {name!r}; known: {sorted(EXERCISES)}")
     passed = _check(EXERCISES[name], fn, print if verbose else (lambda *a, **k: None))
@@ -203,8 +202,7 @@ def _check(ex: Exercise, fn: Callable, say: Callable) -> bool:
             f"  got:                {shown}{inspect.signature(fn)}\n"
             f"  (keep the stub's parameter names and defaults; only its body is yours)")
         return False
-    for i, case in enumerate(cases):
-        args, kwargs = case[0], case[1]
+    for i, (args, kwargs) in enumerate(cases):
         want = ex.reference(*args, **kwargs)
         try:
             got = fn(*args, **kwargs)
@@ -219,20 +217,35 @@ def _check(ex: Exercise, fn: Callable, say: Callable) -> bool:
         if msg:
             say(f"FAIL {name}: case {i}: {msg}\n  inputs: {_describe(args, kwargs)}\n"
                 f"  (to get them: from tba_lab.lab.course import EXERCISES; "
-                f"args, kwargs = EXERCISES[{name!r}].cases()[{i}][:2])")
+                f"args, kwargs = EXERCISES[{name!r}].cases()[{i}])")
             return False
     say(f"PASS {name}: {ex.description}")
     return True
 
 
+def output_folder(path) -> Path:
+    """``path`` as a Path, created with its parents (a notebook's OUTPUT_DIR)."""
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def show_figure(fig, path) -> None:
+    """Lay out ``fig``, save it to ``path`` (a notebook's figure) and show it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.show()
+
+
 def save_metrics(output_dir, metrics: dict) -> None:
     """Write ``metrics.json`` in ``output_dir`` (``tba-lab reproduce`` puts it in the report)."""
-    import json
-    from pathlib import Path
-
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+    (output_folder(output_dir) / "metrics.json").write_text(
+        json.dumps(metrics, indent=2, default=float) + "\n")
 
 
-__all__ = ["Exercise", "EXERCISES", "check", "save_metrics"]
+EXERCISES: dict[str, Exercise] = _load()
+
+__all__ = ["Exercise", "EXERCISES", "Reference", "check", "compare_gradient", "compare_value",
+           "from_minimal", "output_folder", "save_metrics", "show_figure"]

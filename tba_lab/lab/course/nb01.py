@@ -1,17 +1,17 @@
 """Exercises of notebook 01 (on-policy GRPO): token log-probs, the masked sequence log-probs of
 responses from a Hugging Face model (``tba_lab.minimal.sequence_logprobs``), group advantages,
-the clipped loss."""
+the clipped loss. The notebook's text states each specification in full."""
 from __future__ import annotations
+
+import functools
 
 import torch
 
-from tba_lab.lab.course import Exercise
+from tba_lab.lab.course import Exercise, compare_gradient, from_minimal
 from tba_lab.losses import group_advantages, grpo_loss, token_logprobs
 
 
-# ----------------------------------------------------------------------------------------------
-# 01.token_logprobs
-# ----------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------- 01.token_logprobs
 
 def token_logprobs_stub(logits, target_ids, temperature=1.0):
     """Log-prob of each target token under softmax(logits / temperature).
@@ -43,43 +43,24 @@ TOKEN_LOGPROBS = Exercise(
     cases=_token_logprobs_cases, rtol=1e-5, atol=1e-5)
 
 
-# ----------------------------------------------------------------------------------------------
-# 01.sequence_logprobs
-# ----------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------- 01.sequence_logprobs
 
 def sequence_logprobs_stub(model, prompts, responses, pad_id, temperature):
-    """(N,) float32: log pi(y|x) of each response, the SUM over its tokens of
-    log softmax(logits / temperature)[token], from a Hugging Face causal LM, with gradients.
-
-    ``prompts``: B token-id lists; ``responses``: N = B*K token-id lists, prompt-major (rows
-    i*K .. i*K+K-1 answer ``prompts[i]``), of different lengths. Run prompt + response through
-    ``model(input_ids=..., attention_mask=...)`` (padded with ``pad_id``, the mask 0 on padding);
-    the logits at position t predict the token at t + 1; sum only the response's own tokens
-    (never padding, never the prompt). Left padding needs ``position_ids`` that count real
-    tokens only; right padding does not.
-    """
+    """(N,) float32 with gradients: log pi(y|x) of each of the N = B*K ``responses``
+    (prompt-major token-id lists) after its prompt, the sum over the response's own tokens of
+    log softmax(logits / temperature), from a Hugging Face causal LM."""
     # YOUR CODE HERE
     raise NotImplementedError
 
 
-_POLICY = {}
-
-
+@functools.cache
 def embedded_policy():
-    """The embedded tiny model and its tokenizer, loaded once per process (checkers reuse it)."""
-    if not _POLICY:
-        from tba_lab.models import load_policy
+    """The embedded tiny model (in eval mode) and its tokenizer, loaded once per process
+    (checkers reuse them)."""
+    from tba_lab.models import load_policy
 
-        model, tok = load_policy()
-        model.eval()
-        _POLICY["model"], _POLICY["tokenizer"] = model, tok
-    return _POLICY["model"], _POLICY["tokenizer"]
-
-
-def _sequence_logprobs_reference(model, prompts, responses, pad_id, temperature):
-    from tba_lab.minimal import sequence_logprobs as reference
-
-    return reference(model, prompts, responses, pad_id, temperature)
+    model, tok = load_policy()
+    return model.eval(), tok
 
 
 def _sequence_logprobs_cases():
@@ -105,26 +86,17 @@ def _sequence_logprobs_cases():
             ((model, prompts, responses(6, 1), tok.pad_token_id, 2.0), {})]
 
 
-def _with_gradient_compare(got, want):
-    from tba_lab.lab.course import _default_compare
-
-    if isinstance(got, torch.Tensor) and not got.requires_grad:
-        return ("the result carries no gradient: the trainer backpropagates through it "
-                "(no torch.no_grad(), no .detach(), no .item())")
-    return _default_compare(got, want, rtol=1e-4, atol=2e-3)
-
-
 SEQUENCE_LOGPROBS = Exercise(
     name="01.sequence_logprobs",
     description="masked sequence log-probs of responses from a Hugging Face model, with gradient",
     stub=sequence_logprobs_stub,
-    reference=_sequence_logprobs_reference, cases=_sequence_logprobs_cases,
-    compare=_with_gradient_compare)
+    reference=from_minimal("sequence_logprobs"), cases=_sequence_logprobs_cases,
+    compare=compare_gradient(True, "the result carries no gradient: the trainer backpropagates "
+                             "through it (no torch.no_grad(), no .detach(), no .item())",
+                             rtol=1e-4, atol=2e-3))
 
 
-# ----------------------------------------------------------------------------------------------
-# 01.group_advantages
-# ----------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------- 01.group_advantages
 
 def group_advantages_stub(rewards, group_size, eps=1e-4):
     """GRPO advantages: (r - group mean) / (group std + eps), all-equal groups exactly 0.
@@ -158,18 +130,12 @@ GROUP_ADVANTAGES = Exercise(
     reference=_group_advantages_reference, cases=_group_advantages_cases)
 
 
-# ----------------------------------------------------------------------------------------------
-# 01.clipped_surrogate
-# ----------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------- 01.clipped_surrogate
 
 def clipped_surrogate_stub(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
-    """GRPO's clipped policy loss (no KL term).
-
-    logps, behaviour_logps (N, T) token log-probs of the current / behaviour policy,
-    advantages (N,), mask (N, T) bool -> 0-dim tensor: per token
-    -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A), averaged over each sequence's response
-    tokens, then over the N sequences.
-    """
+    """GRPO's clipped policy loss (no KL term), a 0-dim tensor: per token
+    -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A), mean over each sequence's response tokens,
+    then over the N sequences; logps, behaviour_logps, mask (N, T), advantages (N,)."""
     # YOUR CODE HERE
     raise NotImplementedError
 

@@ -4,34 +4,24 @@ from __future__ import annotations
 
 import torch
 
-from tba_lab.lab.course import Exercise
-from tba_lab.lab.course.toy import target_distribution
-from tba_lab.losses import behaviour_kl, vargrad_log_z
+from tba_lab.lab.course import Exercise, compare_gradient, from_minimal
+from tba_lab.lab.course.toy import sequence_behaviour_kl, target_distribution
+from tba_lab.lab.simulate import format_table
+from tba_lab.losses import vargrad_log_z
 
 
 def settled_from(tv, tol: float = 0.005) -> int | None:
-    """First update from which TV(pi, pi*) stays below ``tol`` to the end of the run.
-
-    tv: the TV distance after each update (a sequence of floats). Returns the index of that
-    update, or None when the last value is not below ``tol``.
-    """
-    first = None
-    for t in range(len(tv) - 1, -1, -1):
-        if tv[t] >= tol:
-            break
-        first = t
-    return first
+    """Index of the first update from which ``tv`` (floats, one per update) stays below
+    ``tol`` to the end, or None when the last value is not below it."""
+    above = [t for t, v in enumerate(tv) if v >= tol]
+    first = above[-1] + 1 if above else 0
+    return first if first < len(tv) else None
 
 
-# ----------------------------------------------------------------------------------------------
-# 02.target_distribution
-# ----------------------------------------------------------------------------------------------
-
+# ---------------------------------------------------------------- 02.target_distribution
 def target_distribution_stub(ref_logprobs, rewards, beta):
-    """pi*(y|x) proportional to pi_ref(y|x) * exp(r(x, y) / beta) (Eq. 2), normalised over M.
-
-    ref_logprobs (..., M) log pi_ref of M candidates, rewards (..., M) -> (..., M) probabilities.
-    """
+    """(..., M) probabilities pi* proportional to pi_ref * exp(r / beta) (Eq. 2) over the M
+    candidates; ref_logprobs (log pi_ref) and rewards (..., M)."""
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -57,27 +47,12 @@ TARGET_DISTRIBUTION = Exercise(
     reference=target_distribution, cases=_target_cases, rtol=1e-5, atol=1e-6)
 
 
-# ----------------------------------------------------------------------------------------------
-# 02.vargrad_log_z
-# ----------------------------------------------------------------------------------------------
-
+# ---------------------------------------------------------------- 02.vargrad_log_z
 def vargrad_log_z_stub(logps, ref_logps, rewards, beta, group_size):
-    """VarGrad log Z (Eq. 4): per prompt, the mean over its K responses of
-    r/beta - log pi + log pi_ref.
-
-    logps, ref_logps, rewards (N,) with N = B * K prompt-major -> (B,), detached.
-    """
+    """(B,) detached VarGrad log Z (Eq. 4): per prompt, the mean over its K responses of
+    r/beta - log pi + log pi_ref; inputs (N,), N = B * K prompt-major."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def _detached_compare(got, want):
-    """log Z_hat must carry no gradient (the sg[.] of Eq. 4), then match the reference."""
-    from tba_lab.lab.course import _default_compare
-
-    if isinstance(got, torch.Tensor) and got.requires_grad:
-        return "the result carries a gradient: log Z_hat is detached (sg[.]): use .detach()"
-    return _default_compare(got, want, rtol=1e-5, atol=1e-4)
 
 
 def _tb_cases():
@@ -96,55 +71,32 @@ VARGRAD_LOG_Z = Exercise(
     name="02.vargrad_log_z",
     description="VarGrad log-partition per prompt (Eq. 4)",
     stub=vargrad_log_z_stub, reference=vargrad_log_z,
-    cases=_tb_cases, rtol=1e-5, atol=1e-4, compare=_detached_compare)
+    cases=_tb_cases, compare=compare_gradient(
+        False, "the result carries a gradient: log Z_hat is detached (sg[.]): use .detach()",
+        rtol=1e-5, atol=1e-4))
 
 
-# ----------------------------------------------------------------------------------------------
-# 02.tb_loss
-# ----------------------------------------------------------------------------------------------
-
+# ---------------------------------------------------------------- 02.tb_loss
 def tb_loss_stub(logps, ref_logps, rewards, beta, group_size):
-    """Trajectory balance loss with the VarGrad log Z (Eq. 3-5), mean over the N rows.
-
-    logps (N,) current-policy sequence log-probs (with grad), ref_logps, rewards (N,),
-    N = B * K prompt-major -> 0-dim tensor.
-    """
+    """0-dim tensor: the trajectory balance loss with the VarGrad log Z (Eq. 3-5), mean over
+    the N = B * K prompt-major rows; logps (N,) with grad, ref_logps, rewards (N,)."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def _tb_loss_reference(logps, ref_logps, rewards, beta, group_size):
-    from tba_lab.minimal import trajectory_balance_loss as minimal_tb_loss
-
-    return minimal_tb_loss(logps, ref_logps, rewards, beta, group_size)  # the loss minimal.py trains with
 
 
 TB_LOSS = Exercise(
     name="02.tb_loss",
     description="trajectory balance loss with VarGrad log Z, batch mean (Eq. 3-5)",
-    stub=tb_loss_stub, reference=_tb_loss_reference, cases=_tb_cases,
-    rtol=1e-5, atol=1e-4)
+    stub=tb_loss_stub, reference=from_minimal("trajectory_balance_loss"),  # minimal.py's loss
+    cases=_tb_cases, rtol=1e-5, atol=1e-4)
 
 
-# ----------------------------------------------------------------------------------------------
-# 02.behaviour_kl
-# ----------------------------------------------------------------------------------------------
-
+# ---------------------------------------------------------------- 02.behaviour_kl
 def behaviour_kl_stub(logps, behaviour_logps):
-    """Staleness of a batch in nats: KL(mu || pi_theta), estimated on samples drawn from mu.
-
-    logps (N,) log pi_theta(y|x) of the batch's responses under the current policy (may carry a
-    gradient), behaviour_logps (N,) log mu(y|x) stored with each sample -> a float.
-    """
+    """A float: KL(mu || pi_theta) in nats, estimated on the N samples drawn from mu;
+    logps (N,) log pi_theta(y|x) (may carry a gradient), behaviour_logps (N,) log mu(y|x)."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def _behaviour_kl_reference(logps, behaviour_logps):
-    """The trainer's ``tba_lab.losses.behaviour_kl`` on one-"token" responses (sequence
-    log-probs as (N, 1) token log-probs)."""
-    ones = torch.ones(len(logps), 1, dtype=torch.bool)
-    return behaviour_kl(logps.unsqueeze(1), behaviour_logps.unsqueeze(1), ones).item()
 
 
 def _behaviour_kl_cases():
@@ -164,28 +116,22 @@ def _behaviour_kl_cases():
 BEHAVIOUR_KL = Exercise(
     name="02.behaviour_kl",
     description="staleness in nats: KL(mu || pi_theta) estimated on samples from mu",
-    stub=behaviour_kl_stub, reference=_behaviour_kl_reference,
+    stub=behaviour_kl_stub, reference=sequence_behaviour_kl,
     cases=_behaviour_kl_cases, rtol=1e-5, atol=1e-6)
 
 
 EXERCISES = [TARGET_DISTRIBUTION, VARGRAD_LOG_Z, TB_LOSS, BEHAVIOUR_KL]
 
 
-# ----------------------------------------------------------------------------------------------
-# Section 5: the learning-rate sweep at a fixed staleness (draw and print only)
-# ----------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------- section 5: draw and print
 
 _LABELS = {"tb": ("TB", "C0"), "grpo_kl": ("GRPO-KL (clip)", "C3")}
 
 
 def plot_lr_sweep(sweeps: dict, lag: int, path=None):
-    """Two panels from ``{0: lr_sweep(..., lag=0), lag: lr_sweep(..., lag=lag)}`` (toy.py).
-
-    Left: TV(pi, pi*) over the last quarter against TB's learning rate, one line per (loss,
-    staleness), fresh dashed. Right: the same TV of the stale runs against their staleness in
-    nats (mean behaviour KL of the run), each point labelled with its learning rate. Saves to
-    ``path`` when given; returns the figure.
-    """
+    """Two panels from ``{0: lr_sweep(..., lag=0), lag: lr_sweep(..., lag=lag)}`` (toy.py):
+    TV(pi, pi*) against TB's learning rate (fresh dashed), and the stale runs' TV against their
+    behaviour KL in nats. Saves to ``path`` when given; returns the figure."""
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -201,17 +147,17 @@ def plot_lr_sweep(sweeps: dict, lag: int, path=None):
         for kl, tv, lr in zip(s["behaviour_kl_mean"], s["tv_mean"], s["lrs"]):
             ax2.annotate(f"lr {lr:g}", (kl, tv), textcoords="offset points", xytext=(4, 4),
                          fontsize=7, color=color)
-    ax1.set_xscale("log")
     lrs = sweeps[lag]["tb"]["lrs"]
+    ax1.set_xscale("log")
     ax1.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
     ax1.minorticks_off()
     ax1.set(xlabel="learning rate (TB's; GRPO-KL runs at lr x 2 / beta), plain SGD",
-            ylabel="TV(pi, pi*), last quarter", title="Distance to pi* against the step size", ylim=(0, 1))
+            title="Distance to pi* against the step size")
     ax2.set_xscale("symlog", linthresh=1e-4)  # symlog: a sample estimate of the KL can be <= 0
     ax2.set(xlabel="staleness in nats: mean behaviour KL(mu || pi_theta) of the run",
-            ylabel="TV(pi, pi*), last quarter", title=f"The same stale runs (L = {lag}) in nats",
-            ylim=(0, 1))
+            title=f"The same stale runs (L = {lag}) in nats")
     for ax in (ax1, ax2):
+        ax.set(ylabel="TV(pi, pi*), last quarter", ylim=(0, 1))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -221,22 +167,18 @@ def plot_lr_sweep(sweeps: dict, lag: int, path=None):
 
 
 def print_lr_sweep(sweeps: dict, lag: int, converged: float = 0.05) -> dict:
-    """Print the sweep's table and its three findings, each worded from the numbers it prints.
-
-    sweeps: as for :func:`plot_lr_sweep`. converged: the TV below which a run counts as having
-    reached pi*. Returns the printed findings as numbers (for metrics.json).
-    """
+    """Print the sweep's table (``sweeps`` as for :func:`plot_lr_sweep`) and its three
+    findings, worded from the numbers; a run with TV below ``converged`` reached pi*. Returns
+    the findings as numbers (for metrics.json)."""
     tb0, gk0, tb, gk = (sweeps[L][m] for L in (0, lag) for m in ("tb", "grpo_kl"))
     lrs = tb["lrs"]
-    heads = ["TB fresh", "GRPO-KL fresh", f"TB L={lag}", f"GRPO-KL L={lag}"]
-    print(f"{'':5} | {'TV(pi, pi*), last quarter':^{sum(len(h) + 2 for h in heads) - 2}} | "
-          f"{'behaviour KL, nats':^19} | GRPO-KL L={lag}")
-    print(f"{'lr':>5} | " + "  ".join(heads) + f" | {'TB':>8}  {'GRPO-KL':>9} | clip fraction")
-    for i, lr in enumerate(lrs):
-        tvs = (r["tv_mean"][i] for r in (tb0, gk0, tb, gk))
-        print(f"{lr:>5g} | " + "  ".join(f"{v:>{len(h)}.3f}" for v, h in zip(tvs, heads))
-              + f" | {tb['behaviour_kl_mean'][i]:>8.3g}  {gk['behaviour_kl_mean'][i]:>9.3g} | "
-              f"{gk['clip_fraction_mean'][i]:>13.2f}")
+    columns = {"TV TB fresh": tb0["tv_mean"], "TV GRPO-KL fresh": gk0["tv_mean"],
+               f"TV TB L={lag}": tb["tv_mean"], f"TV GRPO-KL L={lag}": gk["tv_mean"],
+               f"KL TB L={lag}": tb["behaviour_kl_mean"], f"KL GRPO-KL L={lag}": gk["behaviour_kl_mean"],
+               f"clip fraction GRPO-KL L={lag}": gk["clip_fraction_mean"]}
+    print("TV(pi, pi*) over the last quarter; KL: behaviour KL(mu || pi_theta), nats")
+    print(format_table([{"lr": f"{lr:g}", **{c: v[i] for c, v in columns.items()}}
+                        for i, lr in enumerate(lrs)], ["lr", *columns]))
 
     def listed(values, fmt):
         return ", ".join(format(v, fmt) for v in values) or "none"

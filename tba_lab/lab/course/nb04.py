@@ -1,50 +1,27 @@
-"""Notebook 04 (asynchronous searchers): exercises, and a helper that draws. The first three
-exercises are pieces of ``tba_lab/minimal.py`` (their references are its functions), which the
-notebook assembles into a running loop with searcher threads.
-
-Exercises
-    04.weight_sync      publish with a version, pull when newer, no torn read (a seqlock)
-    04.searcher_step    K sampled responses per prompt, cut after the first EOS, rewarded, scored
-                        under the reference, tagged with the version
-    04.trainer_step     one update on the TB loss of a batch of rows: zero_grad, backward, clip, step
-    04.staleness_bound  largest staleness of a batch drawn in recency mode, given its arrival lag
-
-Drawing
-    plot_accuracy_lost  accuracy lost to off-policy data against the sync period k and against
-                        the runs' behaviour KL (off-policyness in nats per response)
+"""Notebook 04 (asynchronous searchers): its exercises, the weight sync (a seqlock), the
+searcher step and the trainer step (pieces of ``tba_lab/minimal.py``, their references) and the
+staleness bound of recency mode; and :func:`plot_accuracy_lost`.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 
 import numpy as np
 import torch
 
-from tba_lab.lab.course import Exercise
+from tba_lab.lab.course import Exercise, Reference, from_minimal
 from tba_lab.lab.course.nb01 import embedded_policy
 from tba_lab.lab.timeline import fresh_staleness_max
 
 
-# --------------------------------------------------------- 04.weight_sync
+# ---------------------------------------------------------------- 04.weight_sync
 class WeightSyncStub:
-    """The weight channel between the trainer and its searchers (a seqlock, no lock to hold).
-
-    ``__init__(self, model)``: ``self.flat``, ONE flat float tensor holding every tensor of
-    ``model.parameters()``, flattened, in order (``.share_memory_()`` so that spawned processes
-    map it); ``self.version`` and ``self.writes``, counters with a ``.value``
-    (``mp.get_context("spawn").Value("q", 0, lock=False)``): version -1 (nothing published yet),
-    writes 0.
-
-    ``publish(self, model, version)``: add 1 to ``writes`` (odd: a copy is under way), copy the
-    parameters of ``model`` into ``flat`` (read them with ``model.parameters()``), set
-    ``version``, add 1 to ``writes`` again (even: consistent).
-
-    ``pull(self, model, have) -> int``: if the published version is not newer than ``have``,
-    copy nothing and return ``have``. Otherwise, when ``writes`` is even, copy ``flat`` into the
-    parameters of ``model``; if ``writes`` did not change during the copy, return the version
-    read; else (odd, or it moved: a torn copy) sleep 1 ms and try again.
-    """
+    """The weight channel between the trainer and its searchers, a seqlock: ``flat`` (every
+    parameter, flattened, in shared memory), counters ``version`` (-1) and ``writes`` (0, odd
+    while ``publish`` copies); ``pull(model, have)`` copies only a newer version, never a torn
+    one, and returns the version held."""
 
     def __init__(self, model):
         # YOUR CODE HERE
@@ -58,30 +35,17 @@ class WeightSyncStub:
 
 
 class _SpyModel(torch.nn.Sequential):
-    """A small model whose ``parameters()`` notes the channel's ``writes`` when it is read."""
-    watch = None
+    """A small seeded model whose ``parameters()`` notes the ``writes`` of ``watch`` (a channel)."""
+
+    def __init__(self, seed):
+        torch.manual_seed(seed)
+        super().__init__(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
+        self.watch, self.seen = None, []
 
     def parameters(self, recurse: bool = True):
-        if self.watch is not None and hasattr(self.watch, "writes"):
+        if hasattr(self.watch, "writes"):
             self.seen.append(self.watch.writes.value)
         return super().parameters(recurse)
-
-
-def _spy_model(seed):
-    torch.manual_seed(seed)
-    m = _SpyModel(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 3))
-    m.seen = []
-    return m
-
-
-def _weight_sync_cases():
-    return [((_spy_model(0),), {})]
-
-
-def _weight_sync_reference(model):
-    from tba_lab.minimal import SharedWeights
-
-    return SharedWeights(model)
 
 
 def _params(model):
@@ -94,9 +58,8 @@ def _set(model, vec):
 
 
 class _MovingCounter:
-    """A ``writes`` counter that a publish overtakes during a pull's copy: its first read
-    returns ``start`` (even); its second read first completes the publish (writes ``done`` into
-    ``flat``) and from then on it returns ``start + 2``."""
+    """A ``writes`` counter that a publish overtakes during a pull's copy: first read ``start``
+    (even); the second completes the publish (``done`` into ``flat``), then ``start + 2``."""
 
     def __init__(self, start, flat, done):
         self.start, self.flat, self.done, self.reads = start, flat, done, 0
@@ -108,22 +71,20 @@ class _MovingCounter:
             self.flat.copy_(self.done)
         return self.start if self.reads == 1 else self.start + 2
 
-    @value.setter
-    def value(self, v):
-        self.start = v
 
-
-def _pull_in_thread(sync, model, have):
+def _pull_in_thread(sync, model, have, wait):
+    """(thread, {"v": what pull returned}) of ``sync.pull(model, have)`` after ``wait`` seconds."""
     out = {}
     t = threading.Thread(target=lambda: out.setdefault("v", sync.pull(model, have)), daemon=True)
     t.start()
+    t.join(wait)
     return t, out
 
 
 def _weight_sync_compare(got, want):
     if not all(hasattr(got, a) for a in ("flat", "version", "writes", "publish", "pull")):
         return "expected an object with .flat, .version, .writes, .publish and .pull (a class)"
-    a, b = _spy_model(0), _spy_model(1)          # trainer's and searcher's models
+    a, b = _SpyModel(0), _SpyModel(1)          # trainer's and searcher's models
     if got.flat.shape != (_params(a).numel(),) or not torch.equal(got.flat, _params(a)):
         return "after __init__, .flat must be every parameter, flattened, in order (one 1-D tensor)"
     if got.version.value != -1 or got.writes.value != 0:
@@ -138,21 +99,18 @@ def _weight_sync_compare(got, want):
         return (f"publish: writes must be odd while the parameters are copied and even after "
                 f"(add 1 before the copy, 1 after); it read {a.seen} during the copy, "
                 f"{got.writes.value} after")
-    if got.pull(b, -1) != 5 or not torch.equal(_params(b), _params(a)):
-        return "pull(model, -1) after publish(..., 5) must copy the weights and return 5"
-    _set(b, torch.zeros_like(_params(b)))
-    if got.pull(b, 5) != 5 or _params(b).abs().sum() != 0:
-        return "pull(model, 5) when version 5 is published must return 5 and copy nothing"
-    if got.pull(b, 3) != 5 or not torch.equal(_params(b), _params(a)):
-        return "pull(model, 3) when version 5 is published must copy and return 5 (the version now held)"
+    for have, copies, what in ((-1, True, "copy the weights and return 5"),
+                               (5, False, "return 5 and copy nothing"),
+                               (3, True, "copy and return 5 (the version now held)")):
+        _set(b, torch.zeros_like(_params(b)))   # copies: then b holds a's weights, else zeros
+        if got.pull(b, have) != 5 or not torch.equal(_params(b), _params(a) * copies):
+            return f"pull(model, {have}) when version 5 is published must {what}"
     new = _params(a) * 3.0                       # a publish in progress: writes odd, half copied
     got.writes.value += 1
     got.flat[: len(new) // 2] = new[: len(new) // 2]
     got.version.value = 6
-    t, out = _pull_in_thread(got, b, 5)
-    t.join(0.3)
+    t, out = _pull_in_thread(got, b, 5, 0.3)
     if not t.is_alive():
-        got.writes.value += 1
         return ("pull returned while writes was odd (a publish was copying): it read a torn copy, "
                 "half old and half new weights")
     got.flat.copy_(new)
@@ -166,8 +124,7 @@ def _weight_sync_compare(got, want):
     got.version.value = 7
     real, got.writes = got.writes, _MovingCounter(got.writes.value, got.flat, done)
     try:
-        t, out = _pull_in_thread(got, b, 6)
-        t.join(10)
+        t, out = _pull_in_thread(got, b, 6, 10)
     finally:
         got.writes = real
     if t.is_alive() or out.get("v") != 7 or not torch.equal(_params(b), done):
@@ -179,27 +136,15 @@ def _weight_sync_compare(got, want):
 WEIGHT_SYNC = Exercise(
     name="04.weight_sync",
     description="the weight channel: publish with a version, pull when newer, no torn read",
-    stub=WeightSyncStub, reference=_weight_sync_reference,
-    cases=_weight_sync_cases, compare=_weight_sync_compare)
+    stub=WeightSyncStub, reference=from_minimal("SharedWeights"),
+    cases=lambda: [((_SpyModel(0),), {})], compare=_weight_sync_compare)
 
 
-# --------------------------------------------------------- 04.searcher_step
+# ---------------------------------------------------------------- 04.searcher_step
 def searcher_step_stub(policy, reference, tokenizer, task, problems, prompt_ids, s, version):
-    """K = ``s.num_generations`` sampled responses for each of the B ``problems``: a list of
-    B*K ``tba_lab.minimal.Row``, prompt-major (rows i*K .. i*K+K-1 answer ``problems[i]``).
-
-    Prompts: ``tokenizer(task.format_prompt(p))["input_ids"]``. Sample with ``policy.generate``
-    (``do_sample=True``, ``temperature=s.temperature``, ``top_k=0``, ``top_p=1.0``,
-    ``max_new_tokens=s.max_new_tokens``, ``num_return_sequences=K``, left-padded prompts with
-    their attention mask, ``pad_token_id=tokenizer.pad_token_id``), under ``torch.no_grad()``.
-    A response is the generated tokens up to and INCLUDING the first EOS
-    (``tokenizer.eos_token_id``; what ``generate`` puts after it is padding), or all
-    ``max_new_tokens`` of them when there is no EOS. Each Row: ``prompt_id`` =
-    ``prompt_ids[i]``, ``prompt`` (token ids), ``response`` (token ids), ``reward`` =
-    ``task.rewards`` of the decoded response (``skip_special_tokens=True``), ``ref_logp`` =
-    log pi_ref(response | prompt) under ``reference`` at ``s.temperature`` (01.sequence_logprobs),
-    ``version``.
-    """
+    """B*K ``tba_lab.minimal.Row``, prompt-major: K = ``s.num_generations`` responses sampled
+    by ``policy`` for each of the B ``problems``, cut after the first EOS, rewarded by ``task``,
+    with log pi_ref under ``reference`` and the weights' ``version``."""
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -222,17 +167,10 @@ def _searcher_cases():
               Settings(num_generations=3, max_new_tokens=6, temperature=1.0), 0), {})]
 
 
-class _Context:
-    def __init__(self, args, result):
-        self.args, self.result = args, result
-
-
-def _searcher_reference(policy, reference, tokenizer, task, problems, prompt_ids, s, version):
-    from tba_lab.minimal import searcher_step
-
-    torch.manual_seed(402)   # sampling is random: seeded, so that the check is reproducible
-    args = (policy, reference, tokenizer, task, problems, prompt_ids, s, version)
-    return _Context(args, searcher_step(*args))
+def _searcher_reference(*args):
+    """The case itself: samples differ, so a batch is checked for what it must be."""
+    torch.manual_seed(402)   # the answer's sampling, seeded: a reproducible check
+    return Reference(args)
 
 
 def _searcher_compare(got, want):
@@ -280,40 +218,32 @@ SEARCHER_STEP = Exercise(
     cases=_searcher_cases, compare=_searcher_compare)
 
 
-# --------------------------------------------------------- 04.trainer_step
+# ---------------------------------------------------------------- 04.trainer_step
 def trainer_step_stub(policy, optimizer, batch, s, pad_id):
-    """One optimizer update of ``policy`` on the TB loss of ``batch``; return the loss (a float).
-
-    ``batch``: B*K ``Row``s, prompt-major (K = ``s.num_generations``): log pi(y|x) of each row
-    under ``policy`` at ``s.temperature`` (01.sequence_logprobs, with gradients), the TB loss
-    with the VarGrad log Z (02.tb_loss, ``s.beta``) against the rows' ``ref_logp`` and
-    ``reward``; then clear the old gradients, backward, clip the gradient norm to
-    ``s.max_grad_norm`` (``torch.nn.utils.clip_grad_norm_``), ``optimizer.step()``.
-    """
+    """One optimizer update of ``policy`` on the TB loss of ``batch`` (B*K ``Row``s,
+    prompt-major): zero_grad, backward, clip to ``s.max_grad_norm``, step; returns the loss
+    (a float)."""
     # YOUR CODE HERE
     raise NotImplementedError
 
 
-_BATCH = {}
-
-
+@functools.cache
 def _trainer_batch():
     """12 rows (B = 3 prompts x K = 4) sampled once from the embedded model, seeded."""
-    if not _BATCH:
-        from tba_lab.minimal import Settings, searcher_step
-        from tba_lab.tasks.arithmetic import ArithmeticTask
+    from tba_lab.minimal import Settings, searcher_step
+    from tba_lab.tasks.arithmetic import ArithmeticTask
 
-        model, tok = embedded_policy()
-        task = ArithmeticTask()
-        state = torch.random.get_rng_state()
-        torch.manual_seed(403)
-        _BATCH["rows"] = searcher_step(model, model, tok, task, task.load("train")[5:8], [0, 1, 2],
-                                       Settings(num_generations=4), 0)
-        torch.random.set_rng_state(state)
-        for i, r in enumerate(_BATCH["rows"]):             # mixed rewards in every group
-            r.reward = float(i % 3 == 0)
-            r.ref_logp -= 0.3 * (i % 4)                    # a policy that differs from pi_ref
-    return _BATCH["rows"]
+    model, tok = embedded_policy()
+    task = ArithmeticTask()
+    state = torch.random.get_rng_state()
+    torch.manual_seed(403)
+    rows = searcher_step(model, model, tok, task, task.load("train")[5:8], [0, 1, 2],
+                         Settings(num_generations=4), 0)
+    torch.random.set_rng_state(state)
+    for i, r in enumerate(rows):                       # mixed rewards in every group
+        r.reward = float(i % 3 == 0)
+        r.ref_logp -= 0.3 * (i % 4)                    # a policy that differs from pi_ref
+    return rows
 
 
 def _trainer_cases():
@@ -344,8 +274,7 @@ def _trainer_reference(policy, optimizer, batch, s, pad_id):
     twin_optimizer = type(optimizer)(twin.parameters(), lr=0.0)
     twin_optimizer.load_state_dict(optimizer.state_dict())   # the same settings (and state)
     loss = trainer_step(twin, twin_optimizer, batch, s, pad_id)
-    tol = 2e-5
-    return _Context((policy, twin, tol), loss)
+    return Reference((policy, twin, 2e-5), loss)
 
 
 def _trainer_compare(got, want):
@@ -372,16 +301,10 @@ TRAINER_STEP = Exercise(
     cases=_trainer_cases, compare=_trainer_compare)
 
 
-# ------------------------------------------------------- 04.staleness_bound
+# ---------------------------------------------------------------- 04.staleness_bound
 def staleness_bound_stub(arrival_lag, k):
-    """Largest staleness a generation batch can have when the trainer draws it in recency mode.
-
-    Versions are multiples of k (weights are published when the update count reaches a multiple
-    of k). A batch generated with version v arrives when the trainer has done v + arrival_lag
-    updates; it stays "refreshed since the last sync" until the update count reaches the next
-    multiple of k, so the last update that can draw it in recency mode begins one update before
-    that. Return that update count minus v. Inputs are integer numpy arrays of one shape
-    (or plain ints); return the same shape."""
+    """Largest staleness of a batch drawn in recency mode, given its arrival lag (updates) and
+    the sync period k: integer arrays of one shape (or ints), the result of that shape."""
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -406,20 +329,9 @@ EXERCISES = [WEIGHT_SYNC, SEARCHER_STEP, TRAINER_STEP, STALENESS_BOUND]
 
 # ------------------------------------------------------------------ drawing
 def plot_accuracy_lost(run_dirs: dict, kl_mean: dict, lost: dict, err: dict):
-    """Three panels: each run's ``behaviour_kl`` over training time (its ``metrics.jsonl``,
-    :func:`tba_lab.lab.timeline.plot_behaviour_kl`); accuracy lost per run, i.e. against the
-    sync period k; and accuracy lost against the run's mean ``behaviour_kl``.
-
-    Args:
-        run_dirs: {run name: its output directory}, in drawing order.
-        kl_mean: {run name: mean behaviour_kl over its updates}, nats per response.
-        lost: {run name: held-out accuracy lost}, points (the on-policy run's accuracy minus
-            this run's; positive: off-policy data cost accuracy).
-        err: {run name: the error bar of ``lost``}, points (e.g. 2 standard errors).
-
-    Returns:
-        the matplotlib Figure (not saved, not shown).
-    """
+    """Three panels, returned as a Figure: each run's behaviour KL over time, accuracy lost per
+    run and against the run's mean behaviour KL. Dicts by run name, in drawing order:
+    ``run_dirs``, ``kl_mean`` (nats), ``lost`` (points below the on-policy run) and ``err``."""
     import matplotlib.pyplot as plt
 
     from tba_lab.lab.timeline import load_timeline, plot_behaviour_kl

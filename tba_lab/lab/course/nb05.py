@@ -1,14 +1,7 @@
-"""Notebook 05 (where the time goes): exercises, and the helpers that set up, draw and print.
-
-Exercises
-    05.share_cores       the step of the event loop (:func:`tba_lab.lab.simulate.pipeline`) that
-                         advances time while n busy processes share c cores
-    05.async_throughput  the loop's closed form: trainer updates and searcher batches per minute
-                         with n searchers on c cores under the replay bound
-
-Both references live in :mod:`tba_lab.lab.simulate`, beside the event loop the notebook prints
-and runs with the student's step. The notebook's own cells train the three runs, run the loop
-and compare; the helpers below only set up, draw and print.
+"""Notebook 05 (where the time goes): its exercises, 05.share_cores (the step of the event loop
+:func:`tba_lab.lab.simulate.simulate`: n busy processes sharing c cores) and 05.async_throughput
+(the loop's closed form), both referenced in :mod:`tba_lab.lab.simulate`; and the helpers that
+set up, draw and print (the notebook's own cells train the runs, run the loop and compare).
 """
 from __future__ import annotations
 
@@ -18,26 +11,18 @@ from pathlib import Path
 
 import numpy as np
 
-from tba_lab.lab.course import Exercise
-from tba_lab.lab.simulate import async_throughput, plot_sim_timeline, share_cores
+from tba_lab.lab.course import Exercise, output_folder, show_figure
+from tba_lab.lab.simulate import async_throughput, run_timings, share_cores
 
 SMOKE_NOTE = "SMOKE: start-up dominated (3 updates per run), these rates are not results"
 
 
 @dataclass
 class Setup:
-    """The notebook's settings.
-
-    Attributes:
-        out: the output folder (figures, metrics.json, ``runs/<name>/``).
-        smoke: the tiny configuration (3 updates per run on B = 8 prompts x K = 4).
-        seed: every run's seed.
-        cores: CPU cores this process may use.
-        run_seconds: training budget of each measured run, seconds (start-up and the
-            50-problem evaluations before and after come on top).
-        run_overrides: config overrides every measured run adds (SMOKE's small batches).
-        sim_seconds: simulated seconds per event-loop run.
-    """
+    """The notebook's settings: ``out`` (figures, metrics.json, ``runs/<name>/``), ``smoke``
+    (3 updates per run on B = 8 x K = 4), ``seed``, ``cores`` usable, ``run_seconds`` of
+    training per measured run (start-up and evaluations on top), ``run_overrides`` every
+    measured run adds, ``sim_seconds`` simulated per event-loop run."""
     out: Path
     smoke: bool
     seed: int
@@ -51,11 +36,9 @@ def setup(output_dir, smoke: bool, seed: int) -> Setup:
     """Create the output folder, print the machine, return the notebook's :class:`Setup`."""
     from tba_lab.actors.placement import available_cores
 
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     smoke_run = {"training": {"max_steps": 3, "num_prompts_per_step": 8, "num_generations": 4},
                  "buffer": {"initial_fill": 32}}
-    s = Setup(out=out, smoke=smoke, seed=seed, cores=available_cores(),
+    s = Setup(out=output_folder(output_dir), smoke=smoke, seed=seed, cores=available_cores(),
               run_seconds=60 if smoke else 40, run_overrides=smoke_run if smoke else {},
               sim_seconds=30 if smoke else 120)
     print(f"{s.cores} CPU cores; runs of {s.run_seconds} s of training"
@@ -64,22 +47,16 @@ def setup(output_dir, smoke: bool, seed: int) -> Setup:
     return s
 
 
-def time_split(s: Setup, names) -> dict:
-    """Split each run's time per update into its parts (:func:`tba_lab.lab.timeline.time_per_update`),
-    draw them (time_per_update.png) and print the table. Returns the split by run name."""
-    import matplotlib.pyplot as plt
+def measure_run(config_overrides: dict, run_dir, seconds: float, seed: int = 0) -> dict:
+    """Train for ``seconds`` with ``config_overrides`` (a :func:`tba_lab.config.short_run`
+    config, 50 held-out problems before and after, ``config_overrides`` win) and return the
+    run's :func:`~tba_lab.lab.simulate.run_timings`."""
+    from tba_lab.config import short_run
+    from tba_lab.trainer import train
 
-    from tba_lab.lab.timeline import format_time_per_update, plot_time_per_update, time_per_update
-
-    split = {name: time_per_update(s.out / "runs" / name) for name in names}
-    axes = plot_time_per_update(split, title=f"this machine ({s.cores} cores)")
-    axes[0].figure.tight_layout()
-    axes[0].figure.savefig(s.out / "time_per_update.png", dpi=110)
-    plt.show()
-    print(format_time_per_update(split))
-    if s.smoke:
-        print(SMOKE_NOTE)
-    return split
+    train(short_run(run_dir, seconds, config_overrides, seed=seed, eval_size=50,
+                    interim_eval_size=50, eval_every_seconds=0), progress=False)
+    return run_timings(run_dir)
 
 
 def plot_measured_and_simulated(s: Setup, name: str, sim, seconds: float = 4.0) -> None:
@@ -94,11 +71,31 @@ def plot_measured_and_simulated(s: Setup, name: str, sim, seconds: float = 4.0) 
     fig, axes = plt.subplots(2, 1, figsize=(10, 4.6))
     plot_timeline(run_dir, ax=axes[0], window=(max(0.0, wall - seconds), wall), legend=False,
                   title=f"{name}, measured: the last {seconds:.0f} s")
-    plot_sim_timeline(sim, ax=axes[1], window=(sim.duration - seconds, sim.duration),
-                      title=f"{name}, simulated from its durations: the last {seconds:.0f} s")
-    fig.tight_layout()
-    fig.savefig(s.out / "timelines.png", dpi=110)
-    plt.show()
+    plot_sim_timeline(sim, axes[1], (sim.duration - seconds, sim.duration),
+                      f"{name}, simulated from its durations: the last {seconds:.0f} s")
+    show_figure(fig, s.out / "timelines.png")
+
+
+def plot_sim_timeline(result, ax, window: tuple[float, float], title: str):
+    """Gantt chart of a :func:`~tba_lab.lab.simulate.simulate` result on ``ax``: one row per
+    actor, bars where it works (blue: update, orange: generate, red: reference pass) within
+    ``window`` = (t0, t1), seconds since training began."""
+    colors = {"update": "C0", "generate": "C1", "reference": "C3"}
+    names = list(result.intervals)
+    for row, name in enumerate(names):
+        for kind, color in colors.items():
+            bars = [(s, e - s) for s, e, k in result.intervals[name]
+                    if k == kind and e > s and e >= window[0] and s <= window[1]]
+            if bars:  # thin white edges keep back-to-back jobs apart
+                ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=color, edgecolor="white",
+                               linewidth=0.6, label=kind)
+    ax.set_yticks(range(len(names)), names)
+    ax.set(ylim=(len(names) - 0.4, -0.6), xlim=window, title=title,
+           xlabel="seconds since training began (simulated)")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.005, 1.0),
+              fontsize=8, frameon=False)
 
 
 def plot_searchers(s: Setup, ns, curves: dict, measured: dict) -> None:
@@ -116,44 +113,16 @@ def plot_searchers(s: Setup, ns, curves: dict, measured: dict) -> None:
     ax.set(xlabel="searchers n", ylabel="trainer updates / min", xticks=list(ns), ylim=(0, None))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(s.out / "searchers.png", dpi=110)
-    plt.show()
+    show_figure(fig, s.out / "searchers.png")
 
 
 # ---------------------------------------------------------------- 05.share_cores
 def share_cores_stub(remaining, cores, until):
-    """Advance the busy processes to the next event when they share ``cores`` cores.
-
-    Args:
-        remaining: list of floats, the work left in each busy process's current job, in
-            seconds of that job running alone (each > 0; the list may be empty).
-        cores: the number of cores they share, or None (a device each).
-        until: the longest step allowed, wall seconds.
-
-    Each process runs at speed min(1, cores / n) for n busy processes (speed 1 when cores is
-    None): never faster than alone.
-
-    Returns:
-        (dt, left): dt (float) = wall seconds until the first job ends, or ``until`` if that
-        is sooner; left (list of floats, same order and length as ``remaining``) = each job's
-        work after dt. An empty ``remaining`` returns (until, []).
-    """
+    """(dt, left): n busy processes, each at speed min(1, cores / n) (1 when cores is None), run
+    until the first job of ``remaining`` (work left, seconds alone) ends or ``until``; left =
+    each job's work after dt, in order. An empty ``remaining`` returns (until, [])."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def _compare_step(got, want) -> str | None:
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
-        return f"expected a pair (dt, left), got {type(got).__name__}"
-    dt, left = got
-    if not np.isclose(float(dt), want[0], rtol=1e-6, atol=1e-9):
-        return f"dt = {float(dt):.6g}, expected {want[0]:.6g}"
-    if len(left) != len(want[1]):
-        return f"left has {len(left)} entries, expected {len(want[1])}"
-    if not np.allclose(np.asarray(left, dtype=float), want[1], rtol=1e-6, atol=1e-9):
-        return f"left = {[round(float(x), 6) for x in left]}, expected {[round(x, 6) for x in want[1]]}"
-    return None
 
 
 def _step_cases():
@@ -173,23 +142,15 @@ SHARE_CORES = Exercise(
     name="05.share_cores",
     description="processor sharing: advance n busy processes on c cores to the next event",
     stub=share_cores_stub, reference=share_cores,
-    cases=_step_cases, compare=_compare_step)
+    cases=_step_cases, rtol=1e-6, atol=1e-9)
 
 
 # ---------------------------------------------------------------- 05.async_throughput
 def async_throughput_stub(gen_seconds, score_seconds, update_seconds, num_searchers, cores,
                           max_replay_ratio=0.0):
-    """Steady-state rates of the asynchronous pipeline: n searchers and one trainer, every
-    process busy all the time, sharing ``cores`` cores (None: a device each).
-
-    Each process slows down by s = max(1, (n + 1) / cores) (s = 1 when cores is None). The n
-    searchers deliver n * 60 / ((gen_seconds + score_seconds) * s) batches per minute. The
-    trainer could make 60 / (update_seconds * s) updates per minute; with max_replay_ratio
-    rho > 0 it makes at most rho updates per batch delivered (rho = 0: no bound).
-
-    Returns:
-        (trainer updates per minute, searcher batches per minute), two floats.
-    """
+    """(trainer updates per minute, searcher batches per minute) of n searchers and the trainer,
+    all busy on ``cores`` cores (None: a device each), at most ``max_replay_ratio`` updates per
+    batch delivered (0: no bound)."""
     # YOUR CODE HERE
     raise NotImplementedError
 

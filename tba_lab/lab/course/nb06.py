@@ -1,9 +1,6 @@
-"""Exercises of notebook 06 (explorer): the linear beta schedule and RLOO's leave-one-out
-advantages, two knobs of the explorer.
-
-References live in :mod:`tba_lab.losses` (``beta_schedule``, ``rloo_advantages``), which the
-trainer and the RLOO algorithm use.
-"""
+"""Exercises of notebook 06 (explorer): two knobs of the explorer, the linear beta schedule and
+RLOO's leave-one-out advantages; references in :mod:`tba_lab.losses`, which the trainer uses.
+The notebook's exercise cells state each specification in full."""
 from __future__ import annotations
 
 import torch
@@ -14,18 +11,8 @@ from tba_lab.losses import beta_schedule, rloo_advantages
 
 # ---------------------------------------------------------------- 06.beta_schedule
 def beta_schedule_stub(step, beta_0, beta_final, anneal_steps):
-    """KL coefficient beta at trainer update ``step`` (the checker's cases test each line).
-
-    Args:
-        step: trainer update count, an int >= 0; it may be past ``anneal_steps``.
-        beta_0: beta at step 0, a float > 0.
-        beta_final: beta from step ``anneal_steps`` on, a float > 0; it may be LARGER than
-            beta_0 (the schedule then rises).
-        anneal_steps: an int >= 0; 0 means beta_final from the start (no division by zero).
-    Returns:
-        a float: beta_0 + min(step / anneal_steps, 1) * (beta_final - beta_0), i.e. linear
-        from beta_0 to exactly beta_final at step == anneal_steps, constant afterwards.
-    """
+    """beta at update ``step``: linear from ``beta_0`` to ``beta_final`` over ``anneal_steps``
+    updates, then constant (a float)."""
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -51,21 +38,8 @@ BETA_SCHEDULE = Exercise(
 
 # ---------------------------------------------------------------- 06.rloo_advantages
 def rloo_advantages_stub(rewards, group_size, kl=None, beta=0.0):
-    """Leave-one-out advantages (RLOO) with the KL folded into the reward.
-
-    Args:
-        rewards: (N,) float32 tensor, N = B * K, prompt-major (rows i*K .. i*K+K-1 = prompt i);
-            0/1 or any real values.
-        group_size: K >= 2 (K = 2 included: the baseline is then the one other response).
-        kl: (N,) float tensor of log pi_behaviour(y|x) - log pi_ref(y|x), or None (no KL term:
-            R = rewards).
-        beta: KL coefficient >= 0.
-    Returns:
-        (N,) float32 tensor (the dtype of ``rewards``), same order as the rows:
-        A_ij = R_ij - mean of the OTHER K-1 shaped rewards of the same prompt, where
-        R = rewards - beta * kl. A group whose shaped rewards are all equal (e.g. all 0.35)
-        gets exactly 0, whatever its value; other groups of the same batch are unaffected.
-    """
+    """(N,) float32: R_ij minus the mean of the other K-1 R of prompt i, R = rewards - beta * kl;
+    rewards and kl (N,), N = B*K prompt-major; an all-equal group gets exactly 0."""
     # YOUR CODE HERE
     raise NotImplementedError
 

@@ -1,39 +1,21 @@
-"""Exercises of notebook 07 (experiment design, read against the noise): the Monte Carlo KL to
-the reference policy, which the notebook's sweep over seeds measures, and the time to a target
-accuracy by linear interpolation, which it applies to the recorded scaling runs.
-
-References live in :mod:`tba_lab.lab.experiments` (``beta.kl_estimate`` and
-``common.time_to_target``), which the experiments' reports use. :func:`print_claims` and
-:func:`draw_claims` print and draw the recorded claims the notebook reads from ``docs/results/``
-(each a :func:`tba_lab.lab.experiments.common.claim_test` result); they compute nothing.
+"""Notebook 07 (experiment design, read against the noise): its exercises, the Monte Carlo KL
+to the reference policy and the time to a target accuracy (references in
+:mod:`tba_lab.lab.experiments`), and helpers that print and draw the recorded claims of
+``docs/results/`` (:func:`~tba_lab.lab.experiments.common.claim_test` results).
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from tba_lab.lab.course import Exercise
+from tba_lab.lab.course import Exercise, compare_value
 from tba_lab.lab.experiments.beta import kl_estimate
 from tba_lab.lab.experiments.common import time_to_target
 
 
 # ---------------------------------------------------------------- 07.time_to_target
 def time_to_target_stub(evals, target):
-    """Seconds until the held-out accuracy first reaches ``target``.
-
-    Args:
-        evals: non-empty list of dicts with "wall_seconds" and "accuracy" (the evaluation
-            before training is at 0 s). The rows may come in any order: sort them by time first.
-        target: accuracy to reach, a fraction (0.40).
-    Returns:
-        a float of seconds, or None:
-        * the earliest evaluation's time if it already reaches the target (>=);
-        * else the time where the straight line between the last evaluation below the target
-          and the FIRST one at or above it crosses the target; an accuracy exactly equal to
-          the target counts as reached, and a later dip below it changes nothing;
-        * None (not 0, not inf) if no evaluation reaches the target.
-    """
+    """Seconds (a float) until the accuracy of ``evals`` ({"wall_seconds", "accuracy"} rows,
+    any order) first reaches ``target``, linear between evaluations; None if never."""
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -53,35 +35,17 @@ def _ttt_cases():
     ]
 
 
-def _compare_optional(got, want):
-    if want is None or got is None:
-        return None if got is want else f"got {got!r}, expected {want!r}"
-    if not math.isclose(float(got), float(want), rel_tol=1e-6, abs_tol=1e-6):
-        return f"got {float(got):.6g} s, expected {float(want):.6g} s"
-    return None
-
-
 TIME_TO_TARGET = Exercise(
     name="07.time_to_target",
     description="seconds to a target accuracy, linear between the evaluations around the crossing",
     stub=time_to_target_stub, reference=time_to_target,
-    cases=_ttt_cases, compare=_compare_optional)
+    cases=_ttt_cases, compare=lambda got, want: compare_value(got, want, unit=" s"))
 
 
 # ---------------------------------------------------------------- 07.kl_estimate
 def kl_estimate_stub(token_logps, ref_token_logps, mask):
-    """Monte Carlo KL(pi || pi_ref) in nats per response, from N responses sampled from pi.
-
-    Args:
-        token_logps: (N, R) float tensor, log pi of each response token; N >= 1 (N = 1 too).
-        ref_token_logps: (N, R) float tensor, log pi_ref of the same tokens.
-        mask: (N, R) bool tensor, True on response tokens, False on padding. Responses have
-            different lengths (1 to R tokens); the values at padding positions are arbitrary
-            and must not count.
-    Returns:
-        a Python float: the mean over the N responses (every row counts once, whatever its
-        length) of the sum over its response tokens of (log pi - log pi_ref), in nats.
-    """
+    """KL(pi || pi_ref) in nats per response (a float): the mean over the N rows of the
+    masked sum of log pi - log pi_ref; all (N, R), ``mask`` bool."""
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -117,14 +81,9 @@ def _num(v, digits):
 
 
 def print_claims(claims: list[dict]) -> None:
-    """One block per claim: where it was recorded, the claim, the paper's claim and setting,
-    the estimand, the estimate with its 95% interval, the smallest effect the seeds could
-    detect, the smallest of interest and the verdict.
-
-    ``claims``: claim_test dicts (``estimate``, ``ci_low``, ``ci_high``,
-    ``min_detectable_effect``, ``delta``, ``verdict``, ``n``, ``unit``), each with
-    ``experiment`` (its folder) added; ``statement``, ``paper``, ``estimand``, ``digits`` and
-    ``missing_seeds`` are printed where present."""
+    """Print one block per claim (claim_test dicts with ``experiment`` added): the claim, the
+    paper's, the estimand, the estimate with its 95% interval, the smallest detectable effect
+    and of interest, and the verdict (``statement``, ``paper`` ... where present)."""
     for c in claims:
         d = c.get("digits", 1)
         mde = c["min_detectable_effect"]
@@ -145,11 +104,9 @@ VERDICT_COLOURS = {"supported": "C2", "falsified": "C3", "inconclusive": "C7"}
 
 def draw_claims(claims: list[dict], path):
     """A forest plot of ``claims`` (as :func:`print_claims`) saved to ``path`` (PNG), which it
-    returns: per claim the estimate and its 95% interval in units of its smallest effect of
-    interest delta, signed so that the side the paper predicts is to the right (``direction``
-    x estimate / delta; a claim of no change, direction 0, as measured), coloured by verdict;
-    0 and +-1 marked. A claim without an interval
-    (fewer than two seeds) is a lone dot."""
+    returns: each estimate and 95% interval over its delta, signed so that the paper's predicted
+    side is to the right (``direction``; 0, a claim of no change, as measured), coloured by
+    verdict; a claim without an interval (fewer than two seeds) is a lone dot."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(claims) + 1.4))

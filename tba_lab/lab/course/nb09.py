@@ -1,9 +1,6 @@
 """Exercises of notebook 09 (red-teaming): the judge's floored log-reward and the mean pairwise
-cosine distance of attack embeddings.
-
-References live in :mod:`tba_lab.tasks.redteam` (``answer_log_probability``, ``log_reward``,
-``mean_pairwise_cosine_distance``), which the task's rewards and metrics use.
-"""
+cosine distance of attack embeddings; references in :mod:`tba_lab.tasks.redteam`, which the
+task's rewards and metrics use. The notebook's exercise cells state each specification in full."""
 from __future__ import annotations
 
 import torch
@@ -20,20 +17,8 @@ def judge_log_reward_reference(answers, threshold, scale, floor):
 
 
 def judge_log_reward_stub(answers, threshold, scale, floor):
-    """The attacker's reward for each victim answer.
-
-    Args:
-        answers: list of the victim's final answers, numbers (float), or None when the victim
-            wrote no number; answers may lie far from the threshold (-1000 or 1000).
-        threshold, scale: the judge's p(undesired) = sigmoid((answer - threshold) / scale).
-        floor: the lowest reward (a negative float).
-    Returns:
-        a list of floats, one per answer in the same order: max(log p, floor). A missing
-        answer has p = 0, so it gets exactly the floor. At the threshold p = 1/2 (log 1/2);
-        far above it log p is about 0; below it the floor may bind. Careful: for an answer
-        far below the threshold, exp(-z) overflows; use log sigmoid(z) = -log(1 + exp(-z))
-        for z >= 0 and z - log(1 + exp(z)) for z < 0.
-    """
+    """A list of floats: max(log sigmoid((answer - threshold) / scale), floor) per answer,
+    exactly ``floor`` for None, without overflow for answers far from the threshold."""
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -56,16 +41,7 @@ JUDGE_LOG_REWARD = Exercise(
 
 # ---------------------------------------------------------------- 09.cosine_diversity
 def cosine_diversity_stub(embeddings):
-    """Mean pairwise cosine distance of N attack embeddings.
-
-    Args:
-        embeddings: (N, D) float32 tensor, one row per attack (N >= 2, D >= 2); rows are not
-            normalised (their lengths differ) and none is zero.
-    Returns:
-        a Python float: the mean over all N(N-1)/2 pairs i < j of 1 - cos(e_i, e_j), with
-        cos(a, b) = a.b / (|a| |b|): 1.0 for orthogonal rows, 0.0 for rows pointing the same
-        way (whatever their lengths), small for near-identical rows.
-    """
+    """A Python float: the mean over the pairs i < j of the (N, D) rows of 1 - cos(e_i, e_j)."""
     # YOUR CODE HERE
     raise NotImplementedError
 

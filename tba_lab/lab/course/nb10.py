@@ -1,39 +1,26 @@
-"""Notebook 10 (placing the trainer and the searchers): exercises, and the notebook's helpers.
-
-Exercises
-    10.plan_devices  the TBA paper's layout on G GPUs: the trainer alone on cuda:0, the searchers
-                     round robin over the others; one GPU shared by all; no GPU: CPU processes
-    10.flat_layout   where each parameter lives in the one flat buffer the weights travel in
-                     (byte offsets aligned as :class:`tba_lab.actors.weights.Layout` aligns them)
-
-:func:`plan_devices` and :func:`flat_layout` are the references. The helpers below set up, build
-the run's config from a plan, print the placement, time the weight channel, run the Ray launcher
-and draw; each says why it skips on a machine without a GPU or without Ray. The same cells run
-on a GPU machine (the actors on CUDA devices, the weights through CUDA IPC) and on a CPU-only
-one (every actor a CPU process, the weights through shared memory).
+"""Notebook 10 (placing the trainer and the searchers): its exercises, the TBA paper's device
+layout and the flat weight buffer's byte offsets; and the helpers that set up, build the run's
+config, print the placement, time the weight channel, run the Ray launcher and draw, each
+saying why it skips on a machine without a GPU or without Ray.
 """
 from __future__ import annotations
 
 import importlib.util
-import inspect
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tba_lab.lab.course import Exercise
+from tba_lab.lab.course import Exercise, compare_value, output_folder, show_figure
 
 SMOKE_NOTE = "SMOKE: start-up dominated (runs of a few seconds), these rates are not results"
 
 
 # ---------------------------------------------------------------- 10.plan_devices
 def plan_devices(num_searchers: int, num_gpus: int) -> tuple[str, list[str]]:
-    """The TBA paper's layout: the trainer alone on ``cuda:0``, the searchers round robin over
-    ``cuda:1`` .. ``cuda:G-1``; with one GPU all share ``cuda:0``; with none every actor is a
-    CPU process.
-
-    Returns:
-        (trainer_device, searcher_devices): the values of ``async.trainer_device`` and
-        ``async.searcher_devices`` (one entry per searcher).
-    """
+    """(``async.trainer_device``, ``async.searcher_devices``) of the TBA paper's layout: the
+    trainer alone on ``cuda:0``, the searchers round robin over ``cuda:1`` .. ``cuda:G-1``;
+    with one GPU all share ``cuda:0``; with none every actor is a CPU process."""
     if num_gpus <= 0:
         return "cpu", ["cpu"] * num_searchers
     if num_gpus == 1:
@@ -42,45 +29,22 @@ def plan_devices(num_searchers: int, num_gpus: int) -> tuple[str, list[str]]:
 
 
 def plan_devices_stub(num_searchers, num_gpus):
-    """Where the trainer and each searcher run, as the TBA paper lays them out.
-
-    Args: num_searchers >= 1; num_gpus >= 0, the GPUs this machine has.
-    Returns (trainer_device, searcher_devices): a string and a list of num_searchers strings.
-    * no GPU: everything on "cpu";
-    * one GPU: everything on "cuda:0" (they take turns on it);
-    * G >= 2 GPUs: the trainer alone on "cuda:0", searcher i on "cuda:{1 + i % (G - 1)}"
-      (round robin over cuda:1 .. cuda:G-1, never cuda:0).
-    """
+    """(trainer_device, searcher_devices): a string and a list of num_searchers strings."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def _same(got, want) -> str | None:
-    if isinstance(got, list) and isinstance(want, tuple):
-        got = tuple(got)
-    return None if got == want else f"got {got!r}, expected {want!r}"
-
-
-def _plan_cases():
-    return [((2, 0), {}), ((3, 1), {}), ((3, 4), {}), ((5, 3), {}), ((1, 8), {}), ((7, 2), {}),
-            ((2, 2), {})]
 
 
 PLAN_DEVICES = Exercise(
     name="10.plan_devices",
     description="the trainer alone on cuda:0, searchers round robin over the other GPUs",
-    stub=plan_devices_stub, reference=plan_devices,
-    cases=_plan_cases, compare=_same)
+    stub=plan_devices_stub, reference=plan_devices, compare=compare_value,
+    cases=lambda: [((n, g), {}) for n, g in ((2, 0), (3, 1), (3, 4), (5, 3), (1, 8), (7, 2), (2, 2))])
 
 
 # ---------------------------------------------------------------- 10.flat_layout
 def flat_layout(named, align: int = 256) -> tuple[list[int], int]:
-    """Byte offsets of ``named`` tensors in one flat buffer, and its size, as the weight
-    channel lays them out (:class:`tba_lab.actors.weights.Layout`).
-
-    Returns:
-        ([offset of each tensor], nbytes).
-    """
+    """([byte offset of each of the ``named`` tensors], nbytes) in one flat buffer, as the
+    weight channel lays them out (:class:`tba_lab.actors.weights.Layout`)."""
     from tba_lab.actors.weights import Layout
 
     layout = Layout(named, align)
@@ -88,16 +52,7 @@ def flat_layout(named, align: int = 256) -> tuple[list[int], int]:
 
 
 def flat_layout_stub(named, align=256):
-    """Where each tensor lives in one flat byte buffer.
-
-    Args:
-        named: list of (name, tensor) pairs, in order (e.g. model.named_parameters()).
-        align: a power of two; every offset is a multiple of it.
-    Returns (offsets, nbytes): offsets, a list of ints, the first byte of each tensor: the
-    end of the previous one (0 for the first) rounded UP to a multiple of align; a tensor takes
-    numel * element_size bytes. nbytes, an int: the last tensor's end rounded up to a multiple
-    of align, and at least align (an empty list gives ([], align)).
-    """
+    """(offsets, nbytes) of (name, tensor) pairs in one flat byte buffer, offsets aligned."""
     # YOUR CODE HERE
     raise NotImplementedError
 
@@ -114,24 +69,11 @@ def _layout_cases():
             (([("x", torch.zeros(64))], 256), {}), (([], 256), {})]
 
 
-def _same_layout(got, want) -> str | None:
-    try:
-        offsets, nbytes = got
-        got = ([int(o) for o in offsets], int(nbytes))
-    except (TypeError, ValueError):
-        return f"expected (offsets, nbytes), got {type(got).__name__}"
-    if got[0] != want[0]:
-        bad = next((i for i, (a, b) in enumerate(zip(got[0], want[0])) if a != b), None)
-        return (f"offsets {got[0]}, expected {want[0]}"
-                + (f" (first difference at tensor {bad})" if bad is not None else ""))
-    return None if got[1] == want[1] else f"nbytes {got[1]}, expected {want[1]}"
-
-
 FLAT_LAYOUT = Exercise(
     name="10.flat_layout",
     description="byte offsets of the parameters in the flat weight buffer, aligned",
     stub=flat_layout_stub, reference=flat_layout,
-    cases=_layout_cases, compare=_same_layout)
+    cases=_layout_cases, rtol=0.0, atol=0.0)
 
 
 EXERCISES = [PLAN_DEVICES, FLAT_LAYOUT]
@@ -140,18 +82,10 @@ EXERCISES = [PLAN_DEVICES, FLAT_LAYOUT]
 # ================================================================ the notebook's helpers
 @dataclass
 class Setup:
-    """The notebook's settings and what this machine has.
-
-    Attributes:
-        out: the output folder (figures, metrics.json, ``runs/<launcher>_<n>/``).
-        smoke, seed: the notebook's parameters.
-        searchers: searchers per run.
-        run_seconds: training budget per run, seconds (start-up and evaluation come on top).
-        batch: ``training`` overrides, B prompts x K responses.
-        eval_size: held-out problems evaluated before and after each run.
-        cores: CPU cores usable by this process; gpus: CUDA GPUs visible (0 without CUDA).
-        ray_installed: ``ray`` importable; ray_launcher: a launcher registered under "ray".
-    """
+    """The notebook's settings and this machine: ``out`` (figures, metrics.json,
+    ``runs/<launcher>_<n>/``), ``smoke``, ``seed``, ``searchers`` per run, ``run_seconds`` of
+    training per run, ``batch`` (``training`` overrides), ``eval_size`` (held-out problems),
+    ``cores`` usable, ``gpus`` visible, ``ray_installed``, ``ray_launcher`` (registered)."""
     out: Path
     smoke: bool
     seed: int
@@ -166,11 +100,8 @@ class Setup:
 
 
 def setup(output_dir, smoke: bool, seed: int, run_seconds=None) -> Setup:
-    """Create the output folder, find the GPUs and Ray, print them, return the :class:`Setup`.
-
-    ``run_seconds`` None: 12 s of training per run in SMOKE, else 40 s (a GPU machine's
-    searchers take about 11 s to start).
-    """
+    """Create the output folder, find and print the GPUs and Ray, return the :class:`Setup`;
+    ``run_seconds`` None: 12 s of training per run in SMOKE, else 40 s."""
     import importlib.metadata
 
     import torch
@@ -178,11 +109,9 @@ def setup(output_dir, smoke: bool, seed: int, run_seconds=None) -> Setup:
     from tba_lab.actors.placement import available_cores
     from tba_lab.registry import LAUNCHERS
 
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     ray_installed = importlib.util.find_spec("ray") is not None
-    s = Setup(out=out, smoke=smoke, seed=seed, searchers=2,
+    s = Setup(out=output_folder(output_dir), smoke=smoke, seed=seed, searchers=2,
               run_seconds=run_seconds or (12 if smoke else 40),
               batch=({"num_prompts_per_step": 8, "num_generations": 4} if smoke
                      else {"num_prompts_per_step": 16, "num_generations": 8}),
@@ -204,11 +133,9 @@ def setup(output_dir, smoke: bool, seed: int, run_seconds=None) -> Setup:
 
 
 def run_config(s: Setup, devices: dict, launcher: str = "local", **sections):
-    """A short async TB run with ``s.searchers`` searchers (:func:`tba_lab.config.short_run`):
-    1 torch thread per process (notebook 04 explains why), each searcher doing its own
-    reference pass (the paper's layout: the trainer's time is then its updates alone), the
-    ``async`` device fields ``devices``. ``sections``: a launcher's own section, e.g.
-    ``ray={"num_cpus": 2}``."""
+    """A short async TB run (:func:`tba_lab.config.short_run`): ``s.searchers`` searchers,
+    1 torch thread per process, each searcher doing its own reference pass, the ``async``
+    device fields ``devices``; ``sections``: a launcher's own section, e.g. ``ray={...}``."""
     from tba_lab.config import short_run
 
     return short_run(s.out / "runs" / f"{launcher}_{s.searchers}", s.run_seconds, seed=s.seed,
@@ -219,8 +146,8 @@ def run_config(s: Setup, devices: dict, launcher: str = "local", **sections):
 
 
 def placement(cfg) -> list[str]:
-    """[the trainer's device, searcher 0's, searcher 1's, ...] of a built config, with the
-    kit's rule (:func:`tba_lab.config.searcher_device`); "cuda" reads as "cuda:0"."""
+    """[trainer's device, searcher 0's, ...] of a built config, by the kit's rule
+    (:func:`tba_lab.config.searcher_device`); "cuda" reads as "cuda:0"."""
     from tba_lab.actors.weights import normal_device
     from tba_lab.config import searcher_device
 
@@ -229,18 +156,18 @@ def placement(cfg) -> list[str]:
 
 
 def show_placement(s: Setup, cfg) -> None:
-    """Print the config's device fields, who runs where, how many actors share each device,
-    and the weight channel the local launcher builds for it."""
+    """Print the config's device fields, who runs where, the actors per device and the weight
+    channel the local launcher builds for it."""
     where = placement(cfg)
-    share = {d: where.count(d) for d in dict.fromkeys(where)}
     print(f"async.trainer_device = {cfg.async_.trainer_device!r}, "
           f"async.searcher_devices = {list(cfg.async_.searcher_devices)}")
     print(f"trainer -> {where[0]};  "
           + ";  ".join(f"searcher {i} -> {d}" for i, d in enumerate(where[1:])))
-    print("per device: " + ", ".join(f"{d}: {m} actor(s)" + (f" on {s.cores} cores" if d == "cpu" else "")
-                                     for d, m in share.items()))
-    gpu = all(d.startswith("cuda") for d in where)
-    print("weight channel: " + ("FlatWeights (one CUDA buffer on the trainer's GPU, CUDA IPC)" if gpu
+    print("per device: " + ", ".join(f"{d}: {where.count(d)} actor(s)"
+                                     + (f" on {s.cores} cores" if d == "cpu" else "")
+                                     for d in dict.fromkeys(where)))
+    print("weight channel: " + ("FlatWeights (one CUDA buffer on the trainer's GPU, CUDA IPC)"
+                                if all(d.startswith("cuda") for d in where)
                                 else "SharedWeights (one flat CPU tensor in shared memory)"))
 
 
@@ -255,22 +182,13 @@ def plot_run(s: Setup, cfg, name: str) -> None:
     fig, ax = plt.subplots(figsize=(11, 1.6 + 1.1 * (s.searchers + 1)))
     plot_timeline(cfg.output_dir, ax=ax, window=window,
                   title=f"{name}: placement {placement(cfg)}, {window[0]:.0f}-{window[1]:.0f} s")
-    fig.tight_layout()
-    fig.savefig(s.out / f"{name}.png", dpi=110)
-    plt.show()
+    show_figure(fig, s.out / f"{name}.png")
 
 
 def time_weight_channel(cfg, syncs: int = 40) -> dict:
-    """Publish and pull the policy through the weight channel the local launcher builds for
-    ``cfg``'s placement (no searcher started), ``syncs`` times, and print the timings.
-
-    Returns:
-        {"publish_ms", "pull_ms"}: medians in milliseconds; {} when the channel cannot be
-        timed this way (the reason is printed).
-    """
-    import statistics
-    import time
-
+    """Publish and pull the policy ``syncs`` times through the channel the local launcher
+    builds for ``cfg``'s placement (no searcher started), print the timings and return their
+    medians {"publish_ms", "pull_ms"}; {} when it cannot be timed so (the reason printed)."""
     import torch
 
     from tba_lab.models import load_policy
@@ -279,7 +197,7 @@ def time_weight_channel(cfg, syncs: int = 40) -> dict:
     device = placement(cfg)[0]
     policy, _ = load_policy(cfg.model.path)
     policy.to(device)
-    sync = (torch.cuda.synchronize if device != "cpu" else (lambda: None))
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     launcher, out = None, {}
     try:
         launcher = LAUNCHERS.get("local")(cfg, policy, True)  # builds the channel only
@@ -294,11 +212,10 @@ def time_weight_channel(cfg, syncs: int = 40) -> dict:
             pull.append(time.perf_counter() - t1)
             pub.append(t1 - t0)
         out = {"publish_ms": 1e3 * statistics.median(pub), "pull_ms": 1e3 * statistics.median(pull)}
-        n_params = sum(p.numel() for p in policy.parameters())
-        print(f"{type(channel).__name__} on {device}: {n_params:,} parameters; publish median "
-              f"{out['publish_ms']:.2f} ms (fastest {1e3 * min(pub):.2f}), pull median "
-              f"{out['pull_ms']:.2f} ms (fastest {1e3 * min(pull):.2f}); {len(pub)} syncs, "
-              f"last version pulled {have}")
+        print(f"{type(channel).__name__} on {device}: {sum(p.numel() for p in policy.parameters()):,} "
+              f"parameters; publish median {out['publish_ms']:.2f} ms (fastest {1e3 * min(pub):.2f}), "
+              f"pull median {out['pull_ms']:.2f} ms (fastest {1e3 * min(pull):.2f}); {len(pub)} "
+              f"syncs, last version pulled {have}")
     except Exception as e:  # a channel that cannot be timed this way: say so, do not guess
         print(f"could not time the weight channel directly: {type(e).__name__}: {e}")
     finally:
@@ -307,91 +224,10 @@ def time_weight_channel(cfg, syncs: int = 40) -> dict:
     return out
 
 
-
-
-def sync_from_logs(run_dirs: dict) -> dict:
-    """Median ``sync_seconds`` (pull + load before a batch) of the batches that brought a new
-    version, per run, in milliseconds; printed with the slowest."""
-    import statistics
-
-    from tba_lab.runlog import read_jsonl_rows
-
-    out = {}
-    for n, d in run_dirs.items():
-        s = [r["sync_seconds"] for r in read_jsonl_rows(d / "searchers.jsonl")
-             if r.get("sync_seconds", 0) > 0]
-        if s:
-            out[n] = 1e3 * statistics.median(s)
-            print(f"{n} searcher(s): sync before a batch (pull + load_weights), median "
-                  f"{out[n]:.2f} ms, slowest {1e3 * max(s):.2f} ms ({len(s)} syncs)")
-    return out
-
-
-
-
-def show_refused_device(s: Setup) -> None:
-    """Ask for a GPU this machine does not have (cuda:<number of GPUs>) and print the
-    :class:`tba_lab.config.ConfigError` that refuses it before any process starts."""
-    from tba_lab.config import ConfigError, short_run
-    from tba_lab.preflight import check_devices
-
-    try:
-        check_devices(short_run(s.out / "runs" / "bad_device", 1, eval_size=1, eval_every_seconds=0,
-                                overrides={"async": {"trainer_device": f"cuda:{s.gpus}"}}))
-        print(f"cuda:{s.gpus} was accepted?")
-    except ConfigError as e:
-        print(f"asking for cuda:{s.gpus} here -> ConfigError: {e}")
-
-
-
-
-def plot_recorded(out: Path) -> None:
-    """Draw and print the time per update recorded on one H200 with 16 cores
-    (:mod:`tba_lab.lab.recorded`, the kit before ``reference_pass: auto``)."""
-    import matplotlib.pyplot as plt
-
-    from tba_lab.lab import recorded
-    from tba_lab.lab.timeline import format_time_per_update, plot_time_per_update
-
-    print("recorded:", recorded.SOURCE)
-    fig, axes = plt.subplots(2, 2, figsize=(10, 6.4))
-    plot_time_per_update(recorded.legs(recorded.CPU_LEGS), axes=axes[0],
-                         title="16 CPU cores, async TB")
-    plot_time_per_update(recorded.legs(recorded.GPU_LEGS), axes=axes[1], title="one H200")
-    fig.suptitle(f"recorded {recorded.DATE}, {recorded.MACHINE}, kit at {recorded.COMMIT} "
-                 f"(old default), seed {recorded.SEED}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "time_per_update_h200.png", dpi=110)
-    plt.show()
-    print(format_time_per_update(recorded.H200_2026_12_04))
-
-
-
-
-def print_launcher_protocol() -> None:
-    """Print the six methods of the :class:`tba_lab.actors.launcher.Launcher` protocol, the
-    launchers registered under ``async.launcher``, and whether Ray is installed here."""
-    from tba_lab.actors.launcher import Launcher
-    from tba_lab.registry import LAUNCHERS
-
-    for name in ("start", "publish", "poll", "restart", "retire", "stop"):
-        fn = getattr(Launcher, name)
-        print(f"launcher.{name}{inspect.signature(fn)}\n    {inspect.getdoc(fn).splitlines()[0]}")
-    print("\nregistered launchers (async.launcher):", LAUNCHERS.names())
-    print("Ray installed here:", importlib.util.find_spec("ray") is not None)
-
-
 def ray_run(s: Setup, devices: dict, local: dict):
-    """Section 3's run again through the Ray launcher (a local Ray with 2 logical CPUs, the same
-    device fields), printed beside the local launcher's run ``local`` (:func:`run_timings`) and
-    drawn (ray_timeline.png).
-
-    Returns:
-        :func:`tba_lab.lab.simulate.run_timings` of the Ray run, or None when skipped (Ray not
-        installed, or no launcher registered under "ray"); the reason is printed.
-    """
-    import time
-
+    """Section 3's run again through the Ray launcher (a local Ray with 2 logical CPUs),
+    printed beside the local launcher's ``local`` timings and drawn (ray_timeline.png); returns
+    its :func:`~tba_lab.lab.simulate.run_timings`, or None when skipped (the reason printed)."""
     from tba_lab.lab.simulate import format_table, run_timings
     from tba_lab.registry import LAUNCHERS
     from tba_lab.trainer import train

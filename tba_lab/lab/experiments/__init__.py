@@ -1,68 +1,22 @@
-"""The paper's claims in miniature, and the benchmarks: ``tba-lab experiment NAME [--smoke]``.
+"""The paper's claims in miniature and the benchmarks: ``tba-lab experiment NAME [--smoke]``.
 
-Four experiments test claims of TBA (Bartoldson et al., "Trajectory Balance with
-Asynchrony", arXiv 2503.18929) on the embedded tiny model and arithmetic task, each over
-several seeds (default 0 1 2; ``off_policy`` 0-4), reporting the mean and the range (min to
-max) over seeds, and for each claim the paired per-seed estimate, its 95% interval, the
-smallest effect the run could detect and a verdict by a rule fixed before the runs
-(:func:`tba_lab.lab.experiments.common.claim_test`):
+One sweep runner (:func:`run_experiment`) runs every preset of :data:`EXPERIMENTS` (the
+paper's claims; ``all`` runs the four) and :data:`BENCHMARKS`: for each seed every variant,
+one run at a time, so a drift in machine load hits the variants alike. One analysis
+(:func:`analyse`) gives per variant the mean and range over seeds of each metric the preset
+declares, and each claim's paired per-seed estimate, 95% interval and verdict by the rule
+fixed before the runs (``common.VERDICT_RULE``); ``<output-dir>/<NAME>/`` gets
+``report.md``, ``NAME.png``, ``results.json`` (rewritten after every run) and ``runs/``.
 
-=============  ===============================================================================
-``off_policy``  accuracy lost to rollouts 15 updates stale, TB vs GRPO at tuned rates, paired
-                over 5 seeds: D = TB's drop - GRPO's, with its interval (Table 1)
-``buffer``      recency m and reward prioritisation inv_temp: accuracy and distinct correct
-                responses (Sec. 3-4)
-``beta``        TB's KL coefficient, constant or annealed: accuracy and KL to the reference
-                (Eq. 2, Sec. 4)
-``scaling``     1, 2, 4 searchers: wall-clock time to a target accuracy, throughput, and the
-                simulator's prediction (Sec. 4)
-=============  ===============================================================================
-
-``all`` runs those four. The benchmarks are presets of the same runner (:data:`BENCHMARKS`):
-
-===================  =========================================================================
-``race``             async TBA vs sync TB, sync/async GRPO and TRL's GRPOTrainer at equal wall
-                     clock: accuracy over time, time to target, rates (Sec. 4)
-``race_preference``  TB vs GRPO vs online DPO on preference tuning: win rate against perplexity
-                     (Sec. 5, Fig. 3)
-``race_redteam``     the same on red-teaming, with 2 and 3 searchers: attack success against
-                     diversity (Sec. 5, Table 6)
-``default``          the default ``tba-lab train`` over seeds, optionally beside another commit
-                     (``--set other=COMMIT``): the gain and update rate the README quotes
-``minimal``          ``python -m tba_lab.minimal`` beside ``tba-lab train``, 3 minutes each, seed
-                     by seed: the one-file TBA's gain against the library's
-``per_update``       accuracy per trainer update with staleness and replay set by hand, no timing
-                     (Sec. 3-4)
-``tune``             the same loop over each loss's learning rate (and TB's beta) on fresh data,
-                     seeds 100 101: the tuned settings ``off_policy`` uses
-===================  =========================================================================
-
-Each writes ``<output-dir>/<NAME>/``: ``report.md`` (date, core count, seeds and settings; each
-figure with a reading GENERATED from the numbers; a table; the departures from the paper),
-the figure (PNG), ``results.json`` (every run's raw numbers, rewritten after each run) and
-``runs/<variant>_seed<S>/`` (each run's own files, ``checkpoint.pt`` removed).
-
-Every run is the real trainer with a config from :func:`tba_lab.config.from_dict`, one at a
-time in this process (``default``: a ``tba-lab train`` process; ``per_update``: its own
-update loop; the race's TRL leg: TRL), seed-major (for each seed, every variant), so a drift
-in machine load hits the variants alike. Experiments 1-3 and ``per_update`` compare at equal
-trainer updates, so their results do not depend on the machine's speed; ``scaling`` and the
-races are about speed and use a wall-clock budget. ``--config FILE`` (``config=`` here) gives
-every run the RunConfig fields of a YAML file, e.g. another learning rate (:func:`with_config`);
-``--set KEY=VALUE`` changes one of the experiment's own settings (listed in its report header,
-e.g. ``minutes=3`` for a race); ``--report-only`` (:func:`rewrite_report`) runs nothing and
-redoes the analysis and report of a finished experiment from its ``results.json``.
-
-Where the miniature departs from the paper: a 1M-parameter model on synthetic two-step
-arithmetic instead of 0.4-7B models on GSM8K/MATH, TL;DR and red-teaming; CPU processes
-sharing a few cores instead of GPUs; tens of trainer updates per run instead of hundreds or
-thousands; GRPO and RLOO as the kit implements them (off-policy with a per-token PPO clip on
-the recorded behaviour log-probs); greedy exact-match accuracy on 200 held-out problems,
-whose binomial standard error (about 3.5 points at 40%) is comparable to the effects measured.
-Each module lists its own departures, and its report repeats them.
+A preset declares ``TITLE``, ``CLAIM``, ``DEPARTURES`` (optionally ``DESIGN``) and
+``settings(smoke)``, ``variants(s)`` (``[(label, config overrides)]``), ``metrics(s)`` (``{row
+key: (words, formatter)}``), ``measure(run_dir, summary, s, variant, runs)`` (a row's numbers)
+and ``claims(runs, s)``; ``run(variant, overrides, run_dir, seed, s)`` where a run is not the
+kit's trainer. A preset with a ``target`` setting gets each run's ``time_to_target``.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -71,23 +25,30 @@ from pathlib import Path
 
 from tba_lab.actors.placement import available_cores
 from tba_lab.lab.experiments import (beta, buffer_sampling, default, off_policy, per_update,
-                                     race, race_tasks, scaling)
-from tba_lab.lab.experiments.common import (ExperimentError, check_seeds, header, now,
-                                            time_to_target, train_run, write_report,
-                                            write_result)
+                                     race, scaling)
+from tba_lab.lab.experiments.common import (ExperimentError, check_seeds, claim_lines, header, now,
+                                            pct, pyplot, rng, run_seconds, spread, time_to_target,
+                                            train_run, write_result)
 
 EXPERIMENTS = {m.NAME: m for m in (off_policy, buffer_sampling, beta, scaling)}  # `all` runs these
-# name -> (module, keyword arguments of its ``settings``): the benchmarks, presets of this runner
+# name -> (preset, keyword arguments of its ``settings``)
 BENCHMARKS = {"race": (race, {}),
-              **{name: (race_tasks, fixed) for name, fixed in race_tasks.PRESETS.items()},
+              **{name: (race.TASK_RACE, fixed) for name, fixed in race.PRESETS.items()},
               "default": (default, {}), "minimal": (default, {"minimal": True}),
               "per_update": (per_update, {}), "tune": (per_update, {"tune": True})}
+PRESETS = {**{name: (m, {}) for name, m in EXPERIMENTS.items()}, **BENCHMARKS}
 NAMES = [*EXPERIMENTS, "all", *BENCHMARKS]
-DEFAULT_SEEDS = (0, 1, 2)
-# Experiments whose design sets their seeds: off_policy's power (5 reporting seeds), and the
-# tuning sweep on seeds kept apart from every reporting seed.
-SEEDS_OF = {"off_policy": off_policy.SEEDS, "tune": (100, 101)}
-SMOKE_SEEDS = (0,)
+DEFAULT_SEEDS, SMOKE_SEEDS = (0, 1, 2), (0,)
+# Presets whose design sets their seeds: off_policy's power (5 seeds), and the tuning sweep on
+# seeds kept apart from every reporting seed.
+SEEDS_OF = {"off_policy": off_policy.SEEDS, "tune": per_update.TUNE_SEEDS}
+# Settings checked beyond their type: key -> (test of the value, message)
+CHECKS = {"eval_size": (lambda v: isinstance(v, int) and v >= 1,
+                        "--eval-size {v}: give the number of held-out problems, >= 1"),
+          "target": (lambda v: 0 < v <= 1, "--target {v}: give an accuracy in (0, 1], e.g. 0.40"),
+          "searchers": (lambda v: v and len(set(v)) == len(v)
+                        and all(isinstance(n, int) and n >= 1 for n in v),
+                        "--searchers {v}: give distinct searcher counts >= 1, e.g. 1 2 4 8")}
 
 
 def resolve(name: str) -> list[str]:
@@ -98,30 +59,26 @@ def resolve(name: str) -> list[str]:
     """
     if name == "all":
         return list(EXPERIMENTS)
-    if name not in EXPERIMENTS and name not in BENCHMARKS:
+    if name not in PRESETS:
         raise ExperimentError(f"unknown experiment {name!r}; choose one of: {', '.join(NAMES)}")
     return [name]
 
 
 def module(name: str):
-    """The module that runs experiment or benchmark ``name`` (:func:`resolve` raises)."""
-    name = resolve(name)[0]
-    return EXPERIMENTS[name] if name in EXPERIMENTS else BENCHMARKS[name][0]
+    """The preset of experiment or benchmark ``name`` (:func:`resolve` raises)."""
+    return PRESETS[resolve(name)[0]][0]
 
 
 def default_settings(name: str, smoke: bool = False) -> dict:
     """Experiment ``name``'s own full or SMOKE settings (a benchmark's preset applied)."""
-    name = resolve(name)[0]
-    if name in EXPERIMENTS:
-        return EXPERIMENTS[name].settings(smoke)
-    mod, fixed = BENCHMARKS[name]
+    mod, fixed = PRESETS[resolve(name)[0]]
     return mod.settings(smoke, **fixed)
 
 
 def _typed(key: str, value, default):
-    """``value`` in the type of the setting's ``default``; a string (``--set KEY=VALUE``) is
-    parsed as that type, a list from comma-separated items (``legs=a,b,c``), anything as YAML
-    where the default is None. Raises :class:`ExperimentError` naming the key."""
+    """``value`` in the type of the setting's ``default``: a string (``--set KEY=VALUE``) is
+    parsed as that type, a list from comma-separated items (``legs=a,b,c``), as YAML where the
+    default is None. Raises :class:`ExperimentError` naming the key."""
     if isinstance(value, str) and not isinstance(default, str):
         import yaml
 
@@ -149,16 +106,12 @@ def _typed(key: str, value, default):
 
 def experiment_settings(name: str, smoke: bool = False, settings: dict | None = None,
                         strict: bool = True) -> dict:
-    """The settings experiment ``name`` runs with: its full or SMOKE defaults, updated with
-    ``settings`` (e.g. ``{"eval_size": 500}``, ``{"target": 0.45}`` or ``{"searchers": [1, 2,
-    4, 8]}`` for ``scaling``, ``{"minutes": 3}`` for ``race``), each converted to the type of
-    the default it replaces.
+    """Experiment ``name``'s full or SMOKE settings updated with ``settings`` (e.g.
+    ``{"minutes": 3}``), each converted to the type of the default it replaces.
 
     Raises:
         ExperimentError: with ``strict``, a key the experiment does not have (the message lists
-            its keys); a value of another type than its default; NaN or an infinity (YAML's
-            ``.nan``, ``.inf``) in a number; ``eval_size`` < 1, ``target``
-            outside (0, 1], or ``searchers`` not distinct counts >= 1.
+            its keys); a value of another type; NaN or an infinity; a value :data:`CHECKS` refuses.
     """
     s = default_settings(name, smoke)
     for key, value in (settings or {}).items():
@@ -171,45 +124,28 @@ def experiment_settings(name: str, smoke: bool = False, settings: dict | None = 
         if any(isinstance(v, float) and not math.isfinite(v)
                for v in (value if isinstance(value, list) else [value])):
             raise ExperimentError(f"--set {key}={value}: give a finite number, e.g. {key}={s[key]}")
-        if key == "eval_size" and (not isinstance(value, int) or value < 1):
-            raise ExperimentError(f"--eval-size {value}: give the number of held-out problems, >= 1")
-        if key == "target" and not 0 < value <= 1:
-            raise ExperimentError(f"--target {value}: give an accuracy in (0, 1], e.g. 0.40")
-        if key == "searchers":
-            if (not value or any(not isinstance(n, int) or n < 1 for n in value)
-                    or len(set(value)) != len(value)):
-                raise ExperimentError(f"--searchers {value}: give distinct searcher counts >= 1, "
-                                      f"e.g. 1 2 4 8")
-            value = sorted(value)
-        s[key] = value
+        ok, message = CHECKS.get(key, (None, ""))
+        if ok and not ok(value):
+            raise ExperimentError(message.format(v=value))
+        s[key] = sorted(value) if key == "searchers" else value
     return s
 
 
-def estimate_minutes(name: str, smoke: bool = False, seeds=None,
-                     settings: dict | None = None) -> dict[str, float]:
-    """Planned wall-clock minutes per experiment on a 2-core machine (``all``: each of the
-    four), from the runs' count and length and the costs in
-    :mod:`tba_lab.lab.experiments.common` (start-up per run, 2-core update rate)."""
-    out = {}
-    for n in resolve(name):
-        s = experiment_settings(n, smoke, settings, strict=False)
-        n_seeds = len(check_seeds(_default_seeds(seeds, smoke, n)))
-        out[n] = module(n).estimate_seconds(s, n_seeds, smoke) / 60.0
-    return out
+def _seeds(seeds, smoke: bool, name: str | None = None) -> list:
+    """``seeds`` if given, else SMOKE's, else the preset's own (:data:`SEEDS_OF`) or 0 1 2."""
+    if seeds is not None:
+        return list(seeds)
+    return list(SMOKE_SEEDS if smoke else SEEDS_OF.get(name, DEFAULT_SEEDS))
 
 
 def with_config(name: str, plan: list[tuple[str, dict]],
                 config: dict | None) -> list[tuple[str, dict]]:
-    """``plan`` (an experiment's ``(variant, overrides)`` list) with ``config``, RunConfig
-    fields given by ``--config`` (e.g. ``{"training": {"learning_rate": 1.25e-5}}``), under
-    every variant's own overrides: the experiment keeps its grid and run length.
-
-    Every merged config is built with :func:`tba_lab.config.from_dict` here, so a bad field
-    stops the experiment before its first run.
+    """``plan`` (``[(variant, overrides)]``) with ``config`` (``--config``) under every
+    variant's own overrides, each merged config built here: a bad field stops the sweep early.
 
     Raises:
         ExperimentError: ``config`` is not a mapping, or sets a field that a variant sets
-            itself (named, with the variant), or ``output_dir`` or ``seed`` (each run's own).
+            itself (named, with the variant), or ``output_dir`` or ``seed``.
         tba_lab.config.ConfigError: a merged config is invalid (unknown key, bad value).
     """
     from tba_lab.config import from_dict, merge
@@ -233,35 +169,18 @@ def with_config(name: str, plan: list[tuple[str, dict]],
 
 
 def check_config(names: list[str], smoke: bool, settings: dict | None, config: dict | None) -> None:
-    """The plan of each experiment in ``names`` (a benchmark's checks its legs or variants),
-    with :func:`with_config`, before any of them runs (raises as they do)."""
+    """The plan of each experiment in ``names`` with :func:`with_config`, before any runs."""
     for n in names:
         with_config(n, module(n).variants(experiment_settings(n, smoke, settings, False)), config)
-
-
-def _default_seeds(seeds, smoke: bool, name: str | None = None) -> list:
-    """``seeds`` if given, else SMOKE's, else the experiment's own (:data:`SEEDS_OF`) or 0 1 2."""
-    if seeds is not None:
-        return list(seeds)
-    return list(SMOKE_SEEDS if smoke else SEEDS_OF.get(name, DEFAULT_SEEDS))
 
 
 def run_experiment(name: str, smoke: bool = False, seeds=None,
                    output_dir: str | Path = "runs/experiments", settings: dict | None = None,
                    log=print, config: dict | None = None) -> dict:
-    """Run one experiment over ``seeds`` and write its report; returns the result dict (as
-    ``results.json``, plus ``"report"`` and ``"figures"`` paths).
-
-    Args:
-        name: one of :data:`EXPERIMENTS` or :data:`BENCHMARKS` (not ``all``: :func:`run_all`).
-        smoke: the tiny SMOKE settings (a few updates per run, small evaluations).
-        seeds: ints; default the experiment's own (:data:`SEEDS_OF`: off_policy 0-4, tune 100
-            101) or 0 1 2; SMOKE: 0.
-        output_dir: the experiment goes to ``output_dir/name``.
-        settings: overrides of the experiment's settings (:func:`experiment_settings`).
-        log: called with one line per run and the estimate (None: silent).
-        config: RunConfig fields applied to every run (``--config``; :func:`with_config`),
-            recorded in ``results.json`` and the report's header.
+    """Run one sweep of ``name`` over ``seeds`` (default :func:`_seeds`) into
+    ``output_dir/name`` with ``settings`` (:func:`experiment_settings`) and ``config`` for
+    every run (:func:`with_config`); ``log`` gets a line per run. Returns ``results.json``'s
+    dict plus ``"report"`` and ``"figures"`` paths.
 
     Raises:
         ExperimentError: unknown name, empty or repeated seeds, unknown setting, a ``config``
@@ -273,21 +192,21 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     if name == "all":
         raise ExperimentError("run_experiment runs one experiment; use run_all for 'all'")
     mod = module(name)
-    seeds = check_seeds(_default_seeds(seeds, smoke, name))
+    seeds = check_seeds(_seeds(seeds, smoke, name))
     s = experiment_settings(name, smoke, settings)
     out = Path(output_dir) / name
     plan = with_config(name, mod.variants(s), config)
-    est = mod.estimate_seconds(s, len(seeds), smoke)
-    say(f"{name}: {len(plan) * len(seeds)} runs ({len(plan)} variants x seeds "
-        f"{' '.join(map(str, seeds))}), estimated {est / 60:.1f} min on 2 cores")
-    started, t0 = now(), time.time()
+    total = len(plan) * len(seeds)
+    est = total * run_seconds(s, smoke)
+    say(f"{name}: {total} runs ({len(plan)} variants x seeds {' '.join(map(str, seeds))}), "
+        f"estimated {est / 60:.1f} min on 2 cores")
+    t0 = time.time()
     result = {"experiment": name, "title": mod.TITLE, "claim": mod.CLAIM, "smoke": smoke,
-              "started": started, "cores": os.cpu_count(),
-              "cores_available": available_cores(), "seeds": seeds,
-              "settings": s, "config": config or {}, "estimate_seconds": round(est, 1),
-              "runs": []}
+              "started": now(), "cores": os.cpu_count(), "cores_available": available_cores(),
+              "seeds": seeds, "settings": s, "config": config or {},
+              "estimate_seconds": round(est, 1), "runs": []}
     runs = result["runs"]
-    runner = getattr(mod, "run", None)  # a benchmark's own way to run a variant
+    runner = getattr(mod, "run", None)  # a preset whose runs are not the kit's trainer
     for seed in seeds:  # seed-major: a drift in machine load hits every variant alike
         for variant, overrides in plan:
             run_dir = out / "runs" / f"{variant}_seed{seed}"
@@ -298,13 +217,15 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
                    "overrides": overrides, "summary": summary,
                    "evals": [{k: e.get(k) for k in ("step", "wall_seconds", "accuracy", "n")}
                              for e in evals]}
+            if "target" in s and evals:  # the presets about speed (race, scaling)
+                row["time_to_target"] = time_to_target(evals, s["target"])
             row.update(mod.measure(run_dir, summary, s, variant, runs))
             row["seconds"] = round(time.time() - t_run, 1)
             runs.append(row)
             write_result(out, result)
             head = (summary.get("held_out_metrics") or ["accuracy"])[0]  # e.g. win_rate
-            say(f"  [{len(runs)}/{len(plan) * len(seeds)}] {variant} seed {seed}: {head} "
-                f"{_pct(summary.get(f'{head}_before'))} -> {_pct(summary.get(f'{head}_after'))}"
+            say(f"  [{len(runs)}/{total}] {variant} seed {seed}: {head} "
+                f"{pct(summary.get(f'{head}_before'))} -> {pct(summary.get(f'{head}_after'))}"
                 f", {summary.get('trainer_steps')} updates, {row['seconds']:.0f} s")
     result.update(finished=now(), seconds=round(time.time() - t0, 1))
     result = _write_analysis(mod, out, result)
@@ -312,181 +233,220 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     return result
 
 
+# ---------------------------------------------------------------------------------- analysis
+def analyse(name: str, runs: list[dict], s: dict) -> dict:
+    """Per variant (in run order) the :func:`spread` over seeds of each metric of the preset
+    (``cells``), its ``metrics`` (key -> words) and ``claims``."""
+    mod = module(name)
+    metrics = mod.metrics(s)
+    cells = [{"variant": v, **{k: spread(r[k] for r in runs if r["variant"] == v and k in r)
+                               for k in metrics}}  # a key a row lacks is not a missing value
+             for v in dict.fromkeys(r["variant"] for r in runs)]
+    return {"cells": cells, "metrics": {k: words for k, (words, _) in metrics.items()},
+            "claims": mod.claims(runs, s)}
+
+
+def _formats(name: str, s: dict) -> dict:
+    return {k: fmt for k, (_, fmt) in module(name).metrics(s).items()}
+
+
+def readings(name: str, a: dict, s: dict) -> list[str]:
+    """One sentence per metric (each variant's mean and range over seeds) and one per claim
+    (estimate, interval, verdict), generated from the numbers of :func:`analyse`."""
+    fmts = _formats(name, s)
+    out = [f"{words}: " + "; ".join(f"{c['variant']} {rng(c[key], fmts[key])}" for c in a["cells"])
+           + "." for key, words in a["metrics"].items()
+           if any(c[key]["n"] or c[key]["missing"] for c in a["cells"])]
+    return out + claim_lines(a["claims"])
+
+
+def table(name: str, a: dict, s: dict) -> list[str]:
+    """The report's table: a row per variant, a column per metric, mean (min to max)."""
+    fmts = _formats(name, s)
+    lines = ["| variant | " + " | ".join(a["metrics"].values()) + " |",
+             "|---|" + "---|" * len(a["metrics"])]
+    return lines + [f"| {c['variant']} | " + " | ".join(rng(c[k], fmts[k]) for k in a["metrics"])
+                    + " |" for c in a["cells"]]
+
+
+def figure(name: str, a: dict, runs: list[dict], out: Path) -> str:
+    """``NAME.png``: the held-out headline metric of every run over training (seconds, or
+    updates where a run has no clock), then a panel per metric (the first three): each
+    variant's mean, a bar from the lowest to the highest seed. Returns the file name."""
+    plt = pyplot()
+    keys = [k for k in a["metrics"] if any(c[k]["n"] for c in a["cells"])][:3]
+    fig, axes = plt.subplots(1, 1 + len(keys), figsize=(4.5 * (1 + len(keys)), 4), squeeze=False)
+    color = {c["variant"]: f"C{i % 10}" for i, c in enumerate(a["cells"])}
+    ax = axes[0][0]
+    head = next((k for r in runs for e in r.get("evals") or [] for k in e  # accuracy, win_rate..
+                 if k not in ("step", "wall_seconds", "n") and e[k] is not None), "accuracy")
+    clock = all(e.get("wall_seconds") is not None for r in runs for e in r.get("evals") or [])
+    x = "wall_seconds" if clock else "step"  # one axis for all runs
+    for r in runs:
+        ev = sorted((e for e in r.get("evals") or [] if e.get(head) is not None),
+                    key=lambda e: e[x] or 0)
+        first = r is next(q for q in runs if q["variant"] == r["variant"])
+        ax.plot([e[x] for e in ev], [e[head] for e in ev], "o-", ms=3, alpha=0.7,
+                color=color[r["variant"]], label=r["variant"] if first else None)
+    ax.set(xlabel="training seconds" if clock else "trainer updates", ylabel=f"held-out {head}",
+           title=f"{head} per run")
+    ax.legend(fontsize=7)
+    variants = [c["variant"] for c in a["cells"]]
+    for ax, key in zip(axes[0][1:], keys):
+        for i, c in enumerate(a["cells"]):
+            sp = c[key]
+            if sp["n"]:  # the mean, a bar from the lowest to the highest seed
+                bar = [[sp["mean"] - sp["min"]], [sp["max"] - sp["mean"]]]
+                ax.errorbar([i], [sp["mean"]], yerr=bar, capsize=4, marker="o",
+                            color=color[c["variant"]])
+        ax.set_xticks(range(len(variants)), variants, fontsize=7, rotation=30)
+        ax.set(xlim=(-0.5, len(variants) - 0.5))
+        ax.set_title(a["metrics"][key], fontsize=9)
+    for ax in axes[0]:
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=110)
+    plt.close(fig)
+    return f"{name}.png"
+
+
 def _write_analysis(mod, out: Path, result: dict) -> dict:
-    """Analyse ``result["runs"]``, draw the figures, generate the readings, write
-    ``report.md`` and ``results.json`` under ``out``; returns the result with the paths."""
-    analysis = mod.analyse(result["runs"], result["settings"])
-    figures = mod.figures(analysis, out)
-    result.update(analysis=analysis, readings=mod.readings(analysis),
-                  figures=[f for f, _ in figures])
-    report = write_report(out, _report_lines(mod, result, figures))
+    """Analyse ``result["runs"]``, draw the figure, write ``report.md`` and ``results.json``
+    under ``out``; returns the result with the paths."""
+    name, s = result["experiment"], result["settings"]
+    a = analyse(name, result["runs"], s)
+    fig = figure(name, a, result["runs"], out)
+    result.update(analysis=a, readings=readings(name, a, s), figures=[fig])
+    lines = header(name, mod.TITLE, mod.CLAIM, result["seeds"], result["smoke"], s,
+                   result["started"], result["seconds"], len(result["runs"]),
+                   result["estimate_seconds"], result["config"],
+                   (result.get("cores"), result.get("cores_available")))
+    if getattr(mod, "DESIGN", None):  # the estimand and verdict rule, written before the runs
+        lines += ["## Design (fixed before the runs)", "", *[f"- {d}" for d in mod.DESIGN], ""]
+    lines += ["## Figure", "", f"![{mod.TITLE}]({fig})", "",
+              "**Reading (sentences generated from this run's numbers):**", "",
+              *[f"- {r}" for r in result["readings"]], ""]
+    capped = [f"{r['variant']} seed {r['seed']}" for r in result["runs"] if r.get("capped")]
+    if capped:
+        lines += [f"**Stopped by the time cap before max_steps:** {', '.join(capped)}.", ""]
+    lines += ["## Numbers", "", *table(name, a, s), "",
+              "## Where this miniature departs from the paper", "",
+              *[f"- {d}" for d in mod.DEPARTURES], "",
+              "Every run's raw numbers are in `results.json`; each run's files in `runs/`."]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
     write_result(out, result)
-    return {**result, "report": str(report), "figures": [str(out / f) for f, _ in figures]}
+    return {**result, "report": str(out / "report.md"), "figures": [str(out / fig)]}
 
 
 def rewrite_report(name: str, output_dir: str | Path = "runs/experiments") -> dict:
-    """Redo the analysis, figures, readings and ``report.md`` of a finished experiment from the
-    runs stored in its ``results.json``, repeating no run (``tba-lab experiment NAME
-    --report-only``): for a report written before a change to the analysis or its wording.
-    The run's date, duration, seeds, settings and config stay as recorded.
+    """Redo the analysis and ``report.md`` of a finished sweep from its ``results.json``
+    (``--report-only``); the recorded date, seeds, settings and config stay.
 
     Raises:
         FileNotFoundError: no finished experiment ``name`` under ``output_dir``.
         ExperimentError: ``name`` is not one experiment (``all`` included).
     """
-    if name not in EXPERIMENTS and name not in BENCHMARKS:
+    if name not in PRESETS:
         raise ExperimentError(f"--report-only rewrites one experiment's report; {name!r} is not "
-                              f"one of {sorted([*EXPERIMENTS, *BENCHMARKS])}")
-    data = load_result(output_dir, name)
-    result = {k: v for k, v in data.items() if k not in ("report", "figures", "analysis",
-                                                          "readings")}
+                              f"one of {sorted(PRESETS)}")
+    path = Path(output_dir) / name / "results.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    if "analysis" not in data:
+        raise FileNotFoundError(f"{path}: no finished experiment; run `tba-lab experiment "
+                                f"{name} --output-dir {output_dir}`")
+    result = {k: v for k, v in data.items() if k not in ("analysis", "readings", "figures")}
     result.setdefault("config", {})  # results written before --config existed
-    return _write_analysis(module(name), Path(output_dir) / name, result)
-
-
-def _report_lines(mod, result: dict, figures: list[tuple[str, str]]) -> list[str]:
-    """``report.md``: header, each figure with its generated reading, the table, departures."""
-    lines = header(result["experiment"], mod.TITLE, mod.CLAIM, result["seeds"], result["smoke"],
-                   result["settings"], result["started"], result["seconds"],
-                   len(result["runs"]), result["estimate_seconds"], result["config"],
-                   (result.get("cores"), result.get("cores_available")))
-    if getattr(mod, "DESIGN", None):  # the estimand and verdict rule, written before the runs
-        lines += ["## Design (fixed before the runs)", "", *[f"- {d}" for d in mod.DESIGN], ""]
-    for i, (fig, caption) in enumerate(figures, 1):
-        lines += [f"## Figure {i}", "", f"![{caption}]({fig})", "", caption, "",
-                  "**Reading (sentences generated from this run's numbers):**", ""]
-        lines += [f"- {r}" for r in result["readings"]] + [""]
-    capped = [f"{r['variant']} seed {r['seed']}" for r in result["runs"] if r.get("capped")]
-    if capped:
-        lines += [f"**Stopped by the time cap before max_steps:** {', '.join(capped)}.", ""]
-    lines += ["## Numbers", "", *mod.table(result["analysis"]), "",
-              "## Where this miniature departs from the paper", ""]
-    lines += [f"- {d}" for d in mod.DEPARTURES]
-    return lines + ["", "Every run's raw numbers are in `results.json`; each run's files in "
-                        "`runs/`."]
+    return _write_analysis(module(name), path.parent, result)
 
 
 def run_all(smoke: bool = False, seeds=None, output_dir: str | Path = "runs/experiments",
             settings: dict | None = None, log=print,
             config: dict | None = None) -> dict[str, dict]:
-    """The four experiments one after another (:func:`run_experiment` each); ``settings``
-    apply to the experiments that have them, ``config`` to every run (checked against all
-    four plans before the first run). Prints the estimate of each before starting."""
+    """The four claims one after another (:func:`run_experiment`); ``settings`` apply to the
+    experiments that have them, ``config`` to every run (checked against all four plans first)."""
     say = log or (lambda *a, **k: None)
-    keys = set(settings or {})
-    known = set().union(*(EXPERIMENTS[n].settings(smoke) for n in EXPERIMENTS))
-    if keys - known:
-        raise ExperimentError(f"no experiment has setting(s) {sorted(keys - known)}; "
-                              f"known: {sorted(known)}")
+    own = {n: EXPERIMENTS[n].settings(smoke) for n in EXPERIMENTS}
+    unknown = set(settings or {}) - set().union(*own.values())
+    if unknown:
+        raise ExperimentError(f"no experiment has setting(s) {sorted(unknown)}; "
+                              f"known: {sorted(set().union(*own.values()))}")
     check_config(list(EXPERIMENTS), smoke, settings, config)
-    est = estimate_minutes("all", smoke, seeds, settings)
+    est = {}  # minutes
+    for n in EXPERIMENTS:
+        s = experiment_settings(n, smoke, settings, strict=False)
+        runs = len(check_seeds(_seeds(seeds, smoke, n))) * len(EXPERIMENTS[n].variants(s))
+        est[n] = runs * run_seconds(s, smoke) / 60
     say("estimate: " + ", ".join(f"{n} {m:.1f} min" for n, m in est.items())
         + f"; total {sum(est.values()):.1f} min on 2 cores")
     out = {}
     for n in EXPERIMENTS:
-        s = {k: v for k, v in (settings or {}).items() if k in EXPERIMENTS[n].settings(smoke)}
-        out[n] = run_experiment(n, smoke, seeds, output_dir, s, log, config)
+        mine = {k: v for k, v in (settings or {}).items() if k in own[n]}
+        out[n] = run_experiment(n, smoke, seeds, output_dir, mine, log, config)
     return out
-
-
-def load_result(output_dir: str | Path, name: str) -> dict:
-    """``results.json`` of experiment ``name`` under ``output_dir`` (as written by a run),
-    with ``"report"`` and ``"figures"`` paths added.
-
-    Raises:
-        FileNotFoundError: no finished experiment there (the message says how to run one).
-    """
-    import json
-
-    out = Path(output_dir) / resolve(name)[0]
-    path = out / "results.json"
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    if "analysis" not in data:
-        raise FileNotFoundError(f"{path}: no finished experiment; run `tba-lab experiment "
-                                f"{name} --output-dir {output_dir}`")
-    return {**data, "report": str(out / "report.md"),
-            "figures": [str(out / f) for f in data.get("figures", [])]}
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 def main(args) -> int:
     """CLI entry (``tba-lab experiment``); returns the exit code (2: bad input, 130: Ctrl-C)."""
     from tba_lab.config import ConfigError
 
-    if getattr(args, "report_only", False):
-        given = [f"--{k.replace('_', '-')}" for k in ("smoke", "seeds", "eval_size", "target",
-                                                      "searchers", "set", "config")
-                 if getattr(args, k, None) not in (None, False)]
-        try:
+    try:
+        if args.report_only:
+            given = [f"--{k.replace('_', '-')}" for k in ("smoke", "seeds", "eval_size", "target",
+                                                          "searchers", "set", "config")
+                     if getattr(args, k) not in (None, False)]
             if given:
                 raise ExperimentError(f"--report-only runs nothing, so {' '.join(given)} would "
                                       f"have no effect; drop it")
             results = {args.name: rewrite_report(args.name, args.output_dir)}
-        except (ExperimentError, FileNotFoundError) as e:
-            print(f"tba-lab experiment: {e}", file=sys.stderr)
-            return 2
-        return _print_results(results)
-    try:
-        names = resolve(args.name)
-        check_seeds(_default_seeds(args.seeds, args.smoke))
-        seeds = (args.seeds if args.seeds is not None  # None: each experiment's own seeds
-                 else list(SMOKE_SEEDS) if args.smoke else None)
-        settings = {}
-        if args.eval_size is not None:
-            settings["eval_size"] = args.eval_size
-        for key in ("target", "searchers"):  # flags of the experiments with that setting
-            value = getattr(args, key, None)
-            if value is None:
-                continue
-            if not any(key in default_settings(n, args.smoke) for n in names):
-                having = [n for n in [*EXPERIMENTS, *BENCHMARKS] if key in default_settings(n)]
-                raise ExperimentError(f"--{key} applies to the {' and '.join(having)} experiment"
-                                      f"{'s' if len(having) > 1 else ''} only, not {args.name!r}")
-            settings[key] = value
-        for item in getattr(args, "set", None) or []:  # KEY=VALUE: one of the settings
-            key, sep, text = item.partition("=")
-            if not sep or not key:
-                raise ExperimentError(f"--set {item!r}: write KEY=VALUE, e.g. minutes=3; the "
-                                      f"settings are in a report's header")
-            settings[key.strip().replace("-", "_")] = text.strip()
-        for n in names:  # value checks; one experiment must have every key given
-            experiment_settings(n, args.smoke, settings, strict=args.name != "all")
-        config = None
-        if getattr(args, "config", None):
-            from tba_lab.config import read_yaml_data
-
-            config = read_yaml_data(args.config)
-        check_config(names, args.smoke, settings, config)  # a bad leg or field stops here
-    except (ExperimentError, ConfigError, FileNotFoundError) as e:
-        print(f"tba-lab experiment: {e}", file=sys.stderr)
-        return 2
-    try:
-        if args.name == "all":
-            results = run_all(args.smoke, seeds, args.output_dir, settings, config=config)
         else:
-            results = {args.name: run_experiment(args.name, args.smoke, seeds, args.output_dir,
-                                                 settings, config=config)}
+            results = _run_from_args(args)
     except KeyboardInterrupt:
         print(f"\ninterrupted: the runs so far are in {args.output_dir}/<NAME>/results.json",
               file=sys.stderr)
         return 130
-    except (ExperimentError, ConfigError) as e:
+    except (ExperimentError, ConfigError, FileNotFoundError) as e:
         print(f"tba-lab experiment: {e}", file=sys.stderr)
         return 2
-    return _print_results(results)
-
-
-def _print_results(results: dict[str, dict]) -> int:
     for n, r in results.items():
         print(f"{n}: {r['report']}")
-        for line in r["readings"]:
-            print(f"  - {line}")
+        print("".join(f"  - {line}\n" for line in r["readings"]), end="")
     return 0
 
 
-__all__ = ["BENCHMARKS", "EXPERIMENTS", "NAMES", "ExperimentError", "default_settings",
-           "estimate_minutes", "experiment_settings", "load_result", "main", "module", "resolve",
-           "rewrite_report", "run_all", "run_experiment", "time_to_target", "with_config"]
+def _run_from_args(args) -> dict[str, dict]:
+    """Check every flag and the plans (before any run), then run; ``{name: result}``."""
+    names = resolve(args.name)
+    check_seeds(_seeds(args.seeds, args.smoke))
+    seeds = args.seeds if args.seeds is not None else list(SMOKE_SEEDS) if args.smoke else None
+    settings = {}
+    for key in ("eval_size", "target", "searchers"):  # flags of the experiments with that setting
+        if getattr(args, key) is None:
+            continue
+        if not any(key in default_settings(n, args.smoke) for n in names):
+            having = [n for n in PRESETS if key in default_settings(n)]
+            raise ExperimentError(f"--{key} applies to the {' and '.join(having)} experiment"
+                                  f"{'s' if len(having) > 1 else ''} only, not {args.name!r}")
+        settings[key] = getattr(args, key)
+    for item in args.set or []:  # KEY=VALUE: one of the preset's settings
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ExperimentError(f"--set {item!r}: write KEY=VALUE, e.g. minutes=3; the "
+                                  f"settings are in a report's header")
+        settings[key.strip().replace("-", "_")] = text.strip()
+    for n in names:  # value checks; one experiment must have every key given
+        experiment_settings(n, args.smoke, settings, strict=args.name != "all")
+    config = None
+    if args.config:
+        from tba_lab.config import read_yaml_data
+
+        config = read_yaml_data(args.config)
+    check_config(names, args.smoke, settings, config)  # a bad leg or field stops here
+    if args.name == "all":
+        return run_all(args.smoke, seeds, args.output_dir, settings, config=config)
+    return {args.name: run_experiment(args.name, args.smoke, seeds, args.output_dir, settings,
+                                      config=config)}
+
+
+__all__ = ["BENCHMARKS", "EXPERIMENTS", "NAMES", "ExperimentError", "analyse", "default_settings",
+           "experiment_settings", "main", "module", "readings", "resolve", "rewrite_report",
+           "run_all", "run_experiment", "time_to_target", "with_config"]

@@ -1,23 +1,20 @@
-"""Benchmark ``default``: the default ``tba-lab train`` over seeds, optionally side by side with
-another commit or with ``python -m tba_lab.minimal`` (preset ``minimal``).
+"""Benchmarks ``default`` and ``minimal``: the default ``tba-lab train`` over seeds, beside
+another commit (``--set other=COMMIT``) or ``python -m tba_lab.minimal`` (preset ``minimal``).
 
-Claim: what a user gets from ``make demo`` (async TBA, one searcher, the 9-minute budget):
-the held-out gain and the trainer's update rate quoted in the README; and, with ``other`` set
-(``--set other=COMMIT``), whether a change moved the gain or the rate, measured against the
-commit before it on the same machine at the same time (the log's "rate unchanged" claims).
-Preset ``minimal`` (``--set minimal=true``, 3 minutes): whether the one-file TBA of
-:mod:`tba_lab.minimal` gains as much as ``tba-lab train`` in the same budget, seed by seed.
+Claims of no change, paired by seed: with ``other``, this checkout's gain and update rate
+against the other's (the log's "rate unchanged" claims); ``minimal``: the one-file TBA gains as
+much as ``tba-lab train`` in the same 3 minutes.
 
 Each run is ``python -m tba_lab train --seed S --task TASK --no-progress`` in a fresh process,
-every other setting at its default (``minutes`` and ``eval_size``, when set, and ``--config``
-go in through a config file). With ``other`` (a folder, or a commit of this repository checked
-out into a temporary git worktree per run) the runs alternate between the two checkouts seed by
-seed, ``other`` first, so a drift in machine load hits both alike; each checkout's package is
-first on ``PYTHONPATH``. Numbers move with machine load: compare rows of one invocation.
+its checkout's package first on ``PYTHONPATH`` (``other``: a folder, or a commit checked out
+into a temporary git worktree per run), every other setting at its default. The checkouts
+alternate seed by seed, ``other`` first, so a drift in machine load hits both alike; compare
+rows of one invocation only.
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import statistics
@@ -26,10 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tba_lab.lab.experiments.common import (GAIN_DELTA, RATE_DELTA, RUN_OVERHEAD_SECONDS,
-                                            ExperimentError, change, claim_lines, errorbar,
-                                            paired, paper_claim, pct, points, pyplot, rng,
-                                            save_figure, separated, spread)
+from tba_lab.lab.experiments.common import (GAIN_DELTA, RATE_DELTA, ExperimentError, fixed, paired,
+                                            paper_claim, pct, per_seed, points)
 
 NAME = "default"
 TITLE = "The default run: `tba-lab train` over seeds"
@@ -43,15 +38,14 @@ DEPARTURES = [
     "timed on this machine's CPU cores.",
 ]
 HERE = Path(__file__).resolve().parents[3]  # this checkout: the package's repository
+HEADLINE = {"preference": "win_rate", "redteam": "attack_success"}  # arithmetic: accuracy
 
 
 def settings(smoke: bool, minimal: bool = False) -> dict:
-    """``task``; ``other``: a folder or commit to run side by side ("" = none); ``minimal``:
-    also run ``python -m tba_lab.minimal`` (arithmetic only) with the same budget, seed and
-    held-out size; ``minutes`` and ``eval_size``: None keeps the config's (9 minutes, 500
-    problems; preset ``minimal``: 3 minutes); ``report_to``: this checkout's runs only
-    (``report_to=tensorboard``: does live logging cost updates?), the ``other`` one's keep the
-    default, since it may predate the option. SMOKE: tiny runs."""
+    """``task``; ``other``: a folder or commit beside this one ("" = none); ``minimal``: also
+    ``python -m tba_lab.minimal`` (arithmetic only); ``minutes`` and ``eval_size``: None keeps
+    the config's (9 minutes, 500 problems); ``report_to``: this checkout's runs only (the other
+    may predate the option)."""
     if smoke:
         return {"task": "arithmetic", "other": "", "minimal": minimal, "minutes": 0.2,
                 "eval_size": 20, "prompts": 8, "generations": 4, "initial_fill": 32,
@@ -61,10 +55,9 @@ def settings(smoke: bool, minimal: bool = False) -> dict:
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:
-    """``("other", overrides)`` (with ``other``) then ``("this", overrides)``; the overrides
-    hold only what the settings change from the defaults. A commit name in ``other`` (``HEAD``,
-    a branch) is resolved to its hash here, once, and written back into ``s``: a commit made
-    while the experiment runs must not change what its later runs compare against.
+    """``other`` (if set), ``this`` and ``minimal`` (if set) with only what the settings change
+    from the defaults. A commit name in ``other`` is resolved to its hash here, once, into
+    ``s``: a commit made while the experiment runs must not change what it compares against.
 
     Raises:
         ExperimentError: ``other`` is neither a folder nor a commit of this repository."""
@@ -88,16 +81,9 @@ def variants(s: dict) -> list[tuple[str, dict]]:
             + ([("minimal", {})] if s.get("minimal") else []))
 
 
-def estimate_seconds(s: dict, n_seeds: int, smoke: bool) -> float:
-    """Budget + process start-up and the evaluations before and after, per run."""
-    per_run = 60 * (s["minutes"] or 9.0) + (2 if smoke else 4) * RUN_OVERHEAD_SECONDS
-    return n_seeds * len(variants(s)) * per_run
-
-
 @contextlib.contextmanager
 def checkout(other: str):
-    """``other`` as a folder: itself if it is one, else a temporary git worktree of that commit
-    of this repository (removed afterwards)."""
+    """``other`` as a folder: itself, or a temporary git worktree of that commit."""
     if Path(other).is_dir():
         yield Path(other).resolve()
         return
@@ -113,13 +99,8 @@ def checkout(other: str):
 
 
 def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
-    """One ``tba-lab train`` process of the checkout ``variant`` names; returns its
-    ``(summary, eval rows)``.
-
-    Raises:
-        subprocess.CalledProcessError: the run failed (its error is on stderr above)."""
-    import json
-
+    """One ``tba-lab train`` process of the checkout ``variant`` names (or :func:`run_minimal`);
+    returns its ``(summary, eval rows)``. Raises subprocess.CalledProcessError if it fails."""
     import yaml
 
     from tba_lab.runlog import read_jsonl_rows
@@ -146,15 +127,13 @@ MINIMAL_LINE = re.compile(r"held-out accuracy (?P<before>[\d.]+)% -> (?P<after>[
 
 
 def run_minimal(run_dir: Path, seed: int, s: dict) -> dict:
-    """One ``python -m tba_lab.minimal`` process with the run's budget, seed and held-out size
-    (500 when ``eval_size`` is None); its output goes to ``run_dir/output.txt``, and the
-    summary read from its last line (:data:`MINIMAL_LINE`) to ``run_dir/summary.json``.
+    """One ``python -m tba_lab.minimal`` process with the run's budget, seed and held-out size;
+    its output to ``run_dir/output.txt``, the summary read from its last line
+    (:data:`MINIMAL_LINE`) to ``run_dir/summary.json``.
 
     Raises:
-        subprocess.CalledProcessError: the run failed; ValueError: ``task`` is not arithmetic
-        (minimal.py trains on the arithmetic task only), or the last line cannot be read."""
-    import json
-
+        subprocess.CalledProcessError: the run failed; ValueError: ``task`` is not arithmetic,
+        or the last line cannot be read."""
     if s["task"] != "arithmetic":
         raise ValueError(f"task={s['task']!r}: tba_lab.minimal trains on arithmetic only")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -176,140 +155,62 @@ def run_minimal(run_dir: Path, seed: int, s: dict) -> dict:
     return summary
 
 
+def metrics(s: dict) -> dict:
+    head = HEADLINE.get(s["task"], "accuracy")
+    return {"headline_after": (f"held-out {head} after training", pct),
+            "gain": (f"{head} gain (points)", points),
+            "updates_per_minute": ("trainer updates per minute", fixed(1)),
+            "update_seconds": ("median update seconds (first left out)", fixed(3)),
+            "reference_seconds": ("median reference-pass seconds", fixed(3)),
+            "staleness_mean": ("staleness (updates)", fixed(1))}
+
+
+def _gain(r: dict) -> float | None:
+    """The headline metric's gain of a row."""
+    head = r["metrics"][0]
+    before, after = r["before"].get(head), r["after"].get(head)
+    return None if None in (before, after) else after - before
+
+
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
-    """Held-out metrics before and after (the headline first), updates, rates, staleness, and
-    the trainer's median update and reference-pass seconds (``metrics.jsonl``, first left out)."""
+    """Held-out metrics before and after (the headline first), the headline's gain, updates,
+    rates, staleness, and the median update and reference-pass seconds (the first left out)."""
     from tba_lab.runlog import read_jsonl_rows
 
-    rows = read_jsonl_rows(Path(run_dir) / "metrics.jsonl")[1:]
+    path = Path(run_dir) / "metrics.jsonl"
+    rows = read_jsonl_rows(path)[1:] if path.is_file() else []
     metrics = list(summary.get("held_out_metrics") or ["accuracy"])
-    return {"metrics": metrics,
-            "before": {m: summary.get(f"{m}_before") for m in metrics},
-            "after": {m: summary.get(f"{m}_after") for m in metrics},
-            **{k: summary.get(k) for k in ("trainer_steps", "updates_per_minute",
-                                           "samples_generated", "staleness_mean", "staleness_max")},
-            **{k: statistics.median(r.get(k, 0.0) for r in rows) if rows else None
-               for k in ("update_seconds", "reference_seconds")}}
+    row = {"metrics": metrics, "before": {m: summary.get(f"{m}_before") for m in metrics},
+           "after": {m: summary.get(f"{m}_after") for m in metrics},
+           **{k: summary.get(k) for k in ("trainer_steps", "updates_per_minute",
+                                          "samples_generated", "staleness_mean", "staleness_max")},
+           **{k: statistics.median(r.get(k, 0.0) for r in rows) if rows else None
+              for k in ("update_seconds", "reference_seconds")}}
+    return {**row, "headline_after": row["after"][metrics[0]], "gain": _gain(row)}
 
 
-def analyse(runs: list[dict], s: dict) -> dict:
-    """Per checkout: the spread over seeds of each metric after training, the headline's gain,
-    and updates per minute; with two checkouts, whether their ranges separate."""
-    metrics = runs[0]["metrics"] if runs else ["accuracy"]
-    head = metrics[0]
-    labels = {}
-    for label in dict.fromkeys(r["variant"] for r in runs):
-        rs = [r for r in runs if r["variant"] == label]
-        labels[label] = {"seeds": [r["seed"] for r in rs],
-                         "after": {m: spread(r["after"].get(m) for r in rs) for m in metrics},
-                         "gain": spread(None if r["after"].get(head) is None else
-                                        r["after"][head] - r["before"][head] for r in rs),
-                         "updates_per_minute": spread(r["updates_per_minute"] for r in rs)}
-    keys = ("variant", "seed", "before", "after", "trainer_steps", "updates_per_minute",
-            "samples_generated", "staleness_mean", "staleness_max", "update_seconds",
-            "reference_seconds")
-    out = {"task": s["task"], "other": s["other"], "metrics": metrics, "labels": labels,
-           "runs": [{k: r.get(k) for k in keys} for r in runs]}
-    gain = {(r["variant"], r["seed"]): None if r["after"].get(head) is None
-            else r["after"][head] - r["before"][head] for r in runs}
-    upm = {(r["variant"], r["seed"]): r["updates_per_minute"] for r in runs}
-    claims = []
-    if "other" in labels and "this" in labels:  # a checkout should keep the run's gain and rate
-        out["separated"] = {k: separated(labels["this"][k], labels["other"][k])
-                            for k in ("updates_per_minute", "gain")}
-        per = {label: {seed: v for (lab, seed), v in gain.items() if lab == label}
-               for label in ("this", "other")}
-        claims.append(paper_claim(
+def claims(runs: list[dict], s: dict) -> list[dict]:
+    """The claims of no change of the module docstring (rows of :func:`measure`)."""
+    head = HEADLINE.get(s["task"], "accuracy")
+    gain = {v: per_seed(runs, v, _gain) for v in ("this", "other", "minimal")}
+    out = []
+    if gain["this"] and gain["other"]:  # a checkout should keep the run's gain and rate
+        out.append(paper_claim(
             "default.gain", f"This checkout's default run gains as much {head} as `{s['other']}`'s",
             "the kit's own claim (a change keeps the default run's learning)",
-            f"{head} gain of this checkout minus the other's, per seed", paired(per["this"],
-                                                                              per["other"]),
-            0, GAIN_DELTA, "points", scale=100))
-        rate = {label: {seed: v for (lab, seed), v in upm.items() if lab == label}
-                for label in ("this", "other")}
-        claims.append(paper_claim(
+            f"{head} gain of this checkout minus the other's, per seed",
+            paired(gain["this"], gain["other"]), 0, GAIN_DELTA, "points", scale=100))
+        out.append(paper_claim(
             "default.updates_per_minute", f"This checkout makes as many updates per minute as "
             f"`{s['other']}`", "the kit's own claim (a change keeps the default run's speed)",
             "updates per minute of this checkout over the other's, minus 1, per seed",
-            paired(rate["this"], rate["other"], lambda t, o: t / o - 1), 0, RATE_DELTA, "%",
-            scale=100))
-    if "minimal" in labels and "this" in labels:  # gain of minimal.py minus train's, per seed
-        out["minimal_gap"] = {seed: gain[("minimal", seed)] - gain[("this", seed)]
-                              for seed in labels["minimal"]["seeds"]
-                              if None not in (gain.get(("minimal", seed)), gain.get(("this", seed)))}
-        claims.append(paper_claim(
+            paired(per_seed(runs, "this", "updates_per_minute"),
+                   per_seed(runs, "other", "updates_per_minute"), lambda t, o: t / o - 1),
+            0, RATE_DELTA, "%", scale=100))
+    if gain["this"] and gain["minimal"]:
+        out.append(paper_claim(
             "minimal.gain", "`python -m tba_lab.minimal` (one file) gains as much as `tba-lab "
             "train`", "the kit's own claim (the one-file TBA learns as the library does)",
-            f"{head} gain of minimal.py minus the library's, per seed", out["minimal_gap"], 0,
-            GAIN_DELTA, "points", scale=100))
-    out["claims"] = claims
+            f"{head} gain of minimal.py minus the library's, per seed",
+            paired(gain["minimal"], gain["this"]), 0, GAIN_DELTA, "points", scale=100))
     return out
-
-
-def readings(a: dict) -> list[str]:
-    """Each checkout's gain and rate over seeds; with two, whether this one moved them."""
-    head, out = a["metrics"][0], []
-    upm = lambda v: f"{v:.0f}"  # noqa: E731
-    for label, x in a["labels"].items():
-        out.append(f"`{label}` ({len(x['seeds'])} seed(s)): {head} after training "
-                   f"{rng(x['after'][head])}, a gain of {rng(x['gain'], points)} points; trainer "
-                   f"updates per minute {rng(x['updates_per_minute'], upm)}.")
-    if "separated" in a:
-        this, other = a["labels"]["this"], a["labels"]["other"]
-        for key, what, fmt in (("updates_per_minute", "the update rate", upm),
-                               ("gain", f"the {head} gain", points)):
-            out.append(f"Against `{a['other']}`, this checkout "
-                       f"{change(other[key]['mean'], this[key]['mean'], fmt, what)} "
-                       f"({fmt(other[key]['mean'])} -> {fmt(this[key]['mean'])}).")
-    if a.get("minimal_gap"):
-        gaps = a["minimal_gap"]
-        out.append(f"`minimal` (python -m tba_lab.minimal) minus `this` (tba-lab train), gain in "
-                   f"{head} per seed: " + ", ".join(f"seed {k} {points(v)}" for k, v in gaps.items())
-                   + ".")
-    return out + claim_lines(a.get("claims", []))
-
-
-def _before_after(m: str, before, after) -> str:
-    if before is None or after is None:
-        return "-"
-    if m in ("accuracy", "win_rate", "attack_success"):  # fractions, shown in percent
-        return f"{pct(before)} -> {pct(after)} ({points(after - before)})"
-    return f"{before:.3g} -> {after:.3g}"
-
-
-def table(a: dict) -> list[str]:
-    def f(v, fmt):  # a run stopped before its first update has no rates
-        return "-" if v is None else format(v, fmt)
-
-    lines = ["| code | seed | " + " | ".join(f"{m} (before -> after)" for m in a["metrics"])
-             + " | trainer updates | updates/min | samples | staleness mean / max | update s "
-               "| reference s |",
-             "|---|---|" + "---|" * len(a["metrics"]) + "---|---|---|---|---|---|"]
-    for r in a["runs"]:
-        lines.append(f"| {r['variant']} | {r['seed']} | "
-                     + " | ".join(_before_after(m, r["before"].get(m), r["after"].get(m))
-                                  for m in a["metrics"])
-                     + f" | {f(r['trainer_steps'], ',')} | {f(r['updates_per_minute'], '.1f')} | "
-                       f"{f(r['samples_generated'], ',')} | {f(r['staleness_mean'], '.1f')} / "
-                       f"{f(r['staleness_max'], '')} | {f(r['update_seconds'], '.3f')} | "
-                       f"{f(r['reference_seconds'], '.3f')} |")
-    return lines
-
-
-def figures(a: dict, out: Path) -> list[tuple[str, str]]:
-    """``default.png``: the headline metric after training and updates per minute per checkout."""
-    plt = pyplot()
-    head, labels = a["metrics"][0], list(a["labels"])
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
-    xs = list(range(len(labels)))
-    errorbar(ax1, xs, [a["labels"][k]["after"][head] for k in labels], color="C0")
-    errorbar(ax2, xs, [a["labels"][k]["updates_per_minute"] for k in labels], scale=1.0, color="C1")
-    ax1.set(ylabel=f"held-out {head} after training (%)", title=f"{a['task']}: {head}")
-    ax2.set(ylabel="trainer updates / min", title="update rate")
-    for ax in (ax1, ax2):
-        ax.set_xticks(xs, [f"`{k}`" for k in labels])
-        ax.set_xlim(-0.5, len(labels) - 0.5)
-        ax.grid(alpha=0.3)
-    return save_figure(fig, out, "default.png", f"Held-out {head} after training and trainer "
-                       "updates per minute per checkout: mean over seeds, bars from the lowest "
-                       "to the highest seed.")

@@ -1,16 +1,13 @@
-"""Benchmark ``per_update``: what one trainer update is worth, with staleness and replay set by
-hand and no timing in it.
+"""Benchmarks ``per_update`` and ``tune``: what one trainer update is worth, with staleness and
+replay set by hand and no timing in it (``tune``: each loss's learning rate, seeds 100 101).
 
-Claim (TBA, arXiv 2503.18929, Sec. 3-4): TB learns from off-policy data, rollouts of older
-weights, with little loss per update, which is what lets a trainer run ahead of its searchers.
-A race measures accuracy against seconds, where machine load, the searcher's pace and the
-evaluation timing move the result; this takes them out. One process, no searcher, no buffer:
-update t rolls out the next B x K training prompts with the policy's weights of update
-t - ``stale`` (``stale`` 0 is on-policy), with reference log-probs when the loss reads them,
-and trains on that batch; with ``reuse`` r a batch is trained on r times in a row before the
-next is rolled out (the replay of a trainer that outruns its searcher). Greedy accuracy on
-``eval_size`` held-out problems every ``eval_every`` updates. Everything else is the kit's
-default (AdamW 5e-5, constant here, gradients clipped to norm 1, TB at beta 0.1, GRPO at 0).
+TB learns from rollouts of older weights with little loss per update (TBA, Sec. 3-4); a race
+measures that against seconds, which machine load moves. This preset's own update loop
+(:func:`run_variant`; the trainer cannot fix staleness): one process, no searcher, no buffer;
+update t rolls out the next B x K training prompts with the weights of update t - ``stale``
+and trains on that batch; with ``reuse`` r a batch is trained on r times in a row. Greedy
+accuracy on ``eval_size`` held-out problems every ``eval_every`` updates; AdamW at a constant
+learning rate, gradients clipped to norm 1.
 
 A variant's name says what it changes: ``ALGO[_FACTOR...]`` with the factors ``stale<N>``,
 ``reuse<R>``, ``lr<X>`` (learning rate), ``beta<X>`` (the algorithm's beta), ``learned`` (one
@@ -26,8 +23,7 @@ import time
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, ExperimentError, errorbar, points, pyplot,
-                                            rng, save_figure, separated, spread)
+from tba_lab.lab.experiments.common import (PAPER, ExperimentError, fixed, one_thread, pct)
 
 NAME = "per_update"
 TITLE = "What one trainer update is worth: staleness and replay set by hand"
@@ -38,42 +34,35 @@ DEPARTURES = [
     "where an asynchronous run's staleness varies from batch to batch.",
     "A constant learning rate and no replay buffer; tens of updates of a 1M-parameter model.",
 ]
-THREADS = 1  # torch threads: the tiny model's many small steps gain little from a second thread,
-# and on a busy 2-core machine two threads mostly wait for each other (common.one_thread)
 FLAGS = {"learned": {"tb": {"log_z": "learned"}}, "len": {"tb": {"loss_type": "token_mean"}},
          "std": {"tb": {"scale_rewards": "group"}}}
-
-
-# The tuning sweep (preset ``tune``): each loss's learning rate, and TB's beta, on fresh data at
-# the budget of experiment off_policy (60 updates), chosen by accuracy on all 1000 held-out
-# problems after the last update; run on seeds 100 and 101, apart from every reporting seed.
+# Preset ``tune``: each loss's learning rate, and TB's beta, at off_policy's budget (60
+# updates), chosen by accuracy on all 1000 held-out problems after the last update, on seeds
+# kept apart from every reporting seed.
 TUNE_GRID = [f"tb_lr{lr}_beta{b}" for b in ("0.1", "0.03")
              for lr in ("6.25e-6", "1.25e-5", "2.5e-5", "5e-5", "1e-4")] + \
             [f"grpo_lr{lr}" for lr in ("1.25e-5", "2.5e-5", "5e-5", "1e-4")]
+TUNE_SEEDS = (100, 101)
 
 
 def settings(smoke: bool, tune: bool = False) -> dict:
-    """``variants`` (names as in the module docstring); ``updates`` per run; an evaluation of
-    ``eval_size`` problems every ``eval_every`` updates; the batch (``prompts`` x
-    ``generations``). ``tune``: the sweep of :data:`TUNE_GRID` (SMOKE: two variants)."""
-    if tune:
-        if smoke:
-            return {"variants": ["tb_lr5e-5", "grpo_lr5e-5"], "updates": 2, "eval_every": 2,
-                    "eval_size": 8, "prompts": 8, "generations": 4}
-        return {"variants": list(TUNE_GRID), "updates": 60, "eval_every": 30, "eval_size": 1000,
-                "prompts": 16, "generations": 8}
+    """``variants`` (named as in the module docstring), ``updates`` per run, evaluations, the
+    batch; ``tune``: the sweep of :data:`TUNE_GRID`."""
+    batch = {"prompts": 8, "generations": 4} if smoke else {"prompts": 16, "generations": 8}
     if smoke:
-        return {"variants": ["tb", "tb_stale1", "tb_reuse2"], "updates": 2, "eval_every": 1,
-                "eval_size": 8, "prompts": 8, "generations": 4}
+        grid = ["tb_lr5e-5", "grpo_lr5e-5"] if tune else ["tb", "tb_stale1", "tb_reuse2"]
+        return {"variants": grid, "updates": 2, "eval_every": 2 if tune else 1, "eval_size": 8,
+                **batch}
+    if tune:
+        return {"variants": list(TUNE_GRID), "updates": 60, "eval_every": 30, "eval_size": 1000,
+                **batch}
     return {"variants": ["tb", "grpo", "tb_stale2", "tb_stale5", "tb_reuse2", "tb_lr1e-4"],
-            "updates": 40, "eval_every": 5, "eval_size": 200, "prompts": 16, "generations": 8}
+            "updates": 40, "eval_every": 5, "eval_size": 200, **batch}
 
 
 def parse_variant(name: str) -> tuple[dict, int, int]:
-    """``(config overrides, stale, reuse)`` of a variant name.
-
-    Raises:
-        ExperimentError: a factor that is none of those of the module docstring."""
+    """``(config overrides, stale, reuse)`` of a variant name; :class:`ExperimentError` for a
+    factor that is none of those of the module docstring."""
     algo, *factors = name.split("_")
     over, stale, reuse = {"algo": algo}, 0, 1
     for f in factors:
@@ -110,21 +99,11 @@ def variants(s: dict) -> list[tuple[str, dict]]:
     return out
 
 
-def estimate_seconds(s: dict, n_seeds: int, smoke: bool) -> float:
-    """About 1 s per update of B x K = 16 x 8 and 3 ms per problem evaluated, on 2 cores."""
-    rows = s["prompts"] * s["generations"] / 128
-    evals = (s["updates"] // s["eval_every"] + 1) * s["eval_size"] * 0.003
-    return n_seeds * len(s["variants"]) * (s["updates"] * rows + evals + 3.0)
-
-
 def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: int,
                 overrides: dict | None = None) -> dict:
-    """One run of variant ``name`` (``overrides``: its config, default from the name).
-
-    Returns:
-        ``{"variant", "seed", "evals": [(update, accuracy), ...], "seconds"}``, the evaluation
-        before training at update 0, plus the means over updates of the loss's
-        ``behaviour_kl`` (nats per response) and, for clipped losses, ``clip_fraction``."""
+    """One run of variant ``name`` (``overrides``: its config, default from the name):
+    ``{"variant", "seed", "evals": [(update, accuracy), ...], "seconds"}`` (update 0: before
+    training) and the means over updates of ``behaviour_kl`` and ``clip_fraction``."""
     import collections
     import random
 
@@ -190,16 +169,9 @@ def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: 
 
 
 def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
-    """:func:`run_variant` on ``THREADS`` torch threads; writes ``eval.jsonl`` and
-    ``summary.json`` to ``run_dir`` and returns ``(summary, eval rows)``."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(THREADS)
-    try:
+    """:func:`run_variant` on one torch thread, written to ``run_dir``; ``(summary, evals)``."""
+    with one_thread():
         r = run_variant(variant, seed, s["updates"], s["eval_every"], s["eval_size"], overrides)
-    finally:
-        torch.set_num_threads(before)
     evals = [{"step": n, "wall_seconds": None, "accuracy": a, "n": s["eval_size"]}
              for n, a in r["evals"]]
     summary = {"seed": seed, "trainer_steps": s["updates"], "wall_seconds": r["seconds"],
@@ -212,86 +184,25 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
     return summary, evals
 
 
+def metrics(s: dict) -> dict:
+    return {"accuracy_after": (f"held-out accuracy after {s['updates']} updates", pct),
+            "mean_after_first": ("held-out accuracy, mean over the evaluations after update 0",
+                                 pct),
+            "behaviour_kl": ("behaviour KL per response (nats, mean over updates)", fixed(3)),
+            "clip_fraction": ("clip fraction (mean over updates)", fixed(3))}
+
+
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
+    """Staleness, replay, the accuracies of :func:`metrics` and the loss's terms."""
+    from tba_lab.runlog import read_jsonl_rows
+
     _, stale, reuse = parse_variant(variant)
-    return {"stale": stale, "reuse": reuse}
+    later = [e["accuracy"] for e in read_jsonl_rows(Path(run_dir) / "eval.jsonl") if e["step"] > 0]
+    return {"stale": stale, "reuse": reuse, "accuracy_after": summary["accuracy_after"],
+            "mean_after_first": sum(later) / len(later) if later else None,
+            **{k: summary.get(k) for k in ("behaviour_kl", "clip_fraction")}}
 
 
-def analyse(runs: list[dict], s: dict) -> dict:
-    """Per variant: accuracy at each evaluated update count and the mean over the evaluations
-    after the first (a less noisy single number), each as a spread over seeds."""
-    cells = []
-    for name in dict.fromkeys(r["variant"] for r in runs):
-        rs = [r for r in runs if r["variant"] == name]
-        steps = [e["step"] for e in rs[0]["evals"]]
-        at = [spread(r["evals"][i]["accuracy"] for r in rs) for i in range(len(steps))]
-        later = spread(sum(e["accuracy"] for e in r["evals"][1:]) / max(1, len(r["evals"]) - 1)
-                       for r in rs)
-        cells.append({"variant": name, "stale": rs[0]["stale"], "reuse": rs[0]["reuse"],
-                      "steps": steps, "accuracy_at": at, "mean_after_first": later})
-    best = {}  # per loss: the variant with the highest mean accuracy after the last update
-    for c in cells:
-        algo, final = c["variant"].split("_")[0], c["accuracy_at"][-1]["mean"]
-        if final is not None and (algo not in best or final > best[algo][1]):
-            best[algo] = (c["variant"], final)
-    return {"cells": cells, "eval_size": s["eval_size"], "updates": s["updates"],
-            "best": {algo: v for algo, (v, _) in best.items()}}
-
-
-def readings(a: dict) -> list[str]:
-    """Each variant's mean accuracy after the first evaluation, against the on-policy run of
-    its algorithm when there is one (named by the algorithm alone: ``tb``, ``grpo``)."""
-    base = {c["variant"]: c for c in a["cells"]}
-    out = []
-    for c in a["cells"]:
-        m = c["mean_after_first"]
-        text = (f"`{c['variant']}`: accuracy {rng(m)} averaged over the evaluations after "
-                f"update 0 ({a['eval_size']} problems)")
-        ref = base.get(c["variant"].split("_")[0])
-        if ref is not None and ref is not c and m["n"] and ref["mean_after_first"]["n"]:
-            r = ref["mean_after_first"]
-            sep = separated(m, r)
-            text += (f", {points(m['mean'] - r['mean'])} points against `{ref['variant']}` "
-                     + ("(one seed: no spread to judge it by)" if min(m["n"], r["n"]) < 2 else
-                        "(within noise: the seed ranges overlap)" if sep == 0 else
-                        "(separated: the seed ranges do not overlap)"))
-        out.append(text + ".")
-    for algo, name in a.get("best", {}).items():
-        if sum(c["variant"].startswith(algo + "_") or c["variant"] == algo
-               for c in a["cells"]) > 1:
-            final = next(c for c in a["cells"] if c["variant"] == name)["accuracy_at"][-1]
-            out.append(f"Best {algo.upper()} variant after {a['updates']} updates: `{name}` "
-                       f"({rng(final)}).")
-    return out
-
-
-def table(a: dict) -> list[str]:
-    cells = a["cells"]
-    steps = cells[0]["steps"] if cells else []
-    def f1(s):  # mean (min-max) in percent
-        return "-" if not s["n"] else f"{100 * s['mean']:.1f} ({100 * s['min']:.1f}-{100 * s['max']:.1f})"
-
-    span = f"@{steps[1]}..@{steps[-1]}" if len(steps) > 1 else "@-"
-    lines = ["| variant | " + " | ".join(f"@{n}" for n in steps) + f" | mean of {span} |",
-             "|" + "---|" * (len(steps) + 2)]
-    for c in cells:
-        lines.append(f"| {c['variant']} | " + " | ".join(f1(s) for s in c["accuracy_at"])
-                     + f" | {f1(c['mean_after_first'])} |")
-    return lines + ["", f"Greedy accuracy (%) on {a['eval_size']} held-out problems after N "
-                        f"updates, mean over seeds (min-max)."]
-
-
-def figures(a: dict, out: Path) -> list[tuple[str, str]]:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for i, c in enumerate(a["cells"]):
-        errorbar(ax, [n + 0.1 * i for n in c["steps"]], c["accuracy_at"], color=f"C{i}",
-                 label=c["variant"], ms=3)
-    ax.set(xlabel="trainer updates", ylabel="held-out greedy accuracy (%)",
-           title=f"Accuracy per update ({a['eval_size']} problems; bars: lowest to highest seed)")
-    ax.title.set_fontsize(10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return save_figure(fig, out, "per_update.png", "Held-out accuracy after each evaluated update "
-                       "count per variant, mean over seeds with bars from the lowest to the "
-                       "highest seed.")
+def claims(runs: list[dict], s: dict) -> list[dict]:
+    """None: a benchmark read from its table (``off_policy`` tests the claim)."""
+    return []
