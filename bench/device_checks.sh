@@ -3,7 +3,7 @@
 # network) runs it: under 9 minutes, each part under its own `timeout`, a failing part never
 # stopping the next: 1. wheels (papermill, ipykernel) from .whl/ into /tmp/site, for part 4;
 # 2. bench/gpu_check.sh; 3. bench/scaling_check.sh with a --deadline of what part 4 leaves;
-# 4. notebook 10 through papermill with SMOKE=True, USE_SOLUTIONS=True (its GPU branch).
+# 4. notebook 10 (the instructor's copy, worked solutions in) through papermill with SMOKE=True.
 #
 #   bench/device_checks.sh [OUT_DIR]     (the first argument, else $OUT, else runs/device_checks)
 #   DRY=1 bench/device_checks.sh /tmp/dc (CPU dry run of every part; a few minutes on 2 cores)
@@ -169,10 +169,10 @@ if wanted nb10; then
     # python3 is ipykernel's native kernel (the running interpreter); register it only if missing
     PYTHONPATH="$NB_PYTHONPATH" "$PYTHON" -c "import sys; from jupyter_client.kernelspec import KernelSpecManager as K; sys.exit('python3' not in K().find_kernel_specs())" >/dev/null 2>&1 \
       || PYTHONPATH="$NB_PYTHONPATH" "$PYTHON" -m ipykernel install --user --name python3 >> "$LOGS/nb10_kernel.log" 2>&1
-    run nb10 "$limit" "SMOKE=True USE_SOLUTIONS=True RUN_SECONDS=20" \
+    run nb10 "$limit" "SMOKE=True RUN_SECONDS=20" \
       env PYTHONPATH="$NB_PYTHONPATH" "$PYTHON" -m papermill notebooks/10_multi_gpu.ipynb "$WORK/10_multi_gpu.ipynb" -k python3 \
         --cwd "$REPO" --log-output --no-progress-bar \
-        -p SMOKE True -p USE_SOLUTIONS True -p SEED 0 -p RUN_SECONDS 20 -p OUTPUT_DIR "$WORK/nb10"
+        -p SMOKE True -p SEED 0 -p RUN_SECONDS 20 -p OUTPUT_DIR "$WORK/nb10"
   fi
 fi
 

@@ -289,8 +289,7 @@ ALLOWED_NUMBERS = {
         "about 2 points": ARITHMETIC, "about 10": ARITHMETIC, "10 points": CITED,
         "about 5 minutes": CITED},
     "05_scaling": {
-        "1.5": ARITHMETIC, "40 s": SETTING, "90 s": CITED, "+8%": CITED, "+24%": CITED,
-        "+47%": CITED},
+        "1.5": ARITHMETIC, "40 s": SETTING, "90 s": CITED, "15%": CITED},
     "06_explorer": {
         "0.014": SETTING, "0.004": SETTING, "1e-4": SETTING, "20 s": SETTING, "9 minutes": SETTING,
         "0.4": ARITHMETIC, "about ±3.5 points": ARITHMETIC, "±4.9": ARITHMETIC,

@@ -59,6 +59,18 @@ def measure_run(config_overrides: dict, run_dir, seconds: float, seed: int = 0) 
     return run_timings(run_dir)
 
 
+def show_time_split(s: Setup, split: dict) -> None:
+    """Draw each run's time per update split into its parts (time_per_update.png) and print
+    the table; ``split``: run name -> :func:`tba_lab.lab.timeline.time_per_update`."""
+    from tba_lab.lab.timeline import format_time_per_update, plot_time_per_update
+
+    axes = plot_time_per_update(split, title=f"this machine ({s.cores} cores)")
+    show_figure(axes[0].figure, s.out / "time_per_update.png")
+    print(format_time_per_update(split))
+    if s.smoke:
+        print(SMOKE_NOTE)
+
+
 def plot_measured_and_simulated(s: Setup, name: str, sim, seconds: float = 4.0) -> None:
     """The last ``seconds`` of run ``name`` as logged (top) and of its simulation (bottom),
     drawn alike (timelines.png)."""

@@ -224,6 +224,40 @@ def time_weight_channel(cfg, syncs: int = 40) -> dict:
     return out
 
 
+def plot_recorded(out: Path) -> None:
+    """Draw and print the time per update recorded on one H200 with 16 cores
+    (:mod:`tba_lab.lab.recorded`, the kit before ``reference_pass: auto``)."""
+    import matplotlib.pyplot as plt
+
+    from tba_lab.lab import recorded
+    from tba_lab.lab.timeline import format_time_per_update, plot_time_per_update
+
+    print("recorded:", recorded.SOURCE)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.4))
+    plot_time_per_update(recorded.legs(recorded.CPU_LEGS), axes=axes[0],
+                         title="16 CPU cores, async TB")
+    plot_time_per_update(recorded.legs(recorded.GPU_LEGS), axes=axes[1], title="one H200")
+    fig.suptitle(f"recorded {recorded.DATE}, {recorded.MACHINE}, kit at {recorded.COMMIT} "
+                 f"(old default), seed {recorded.SEED}", fontsize=10)
+    show_figure(fig, out / "time_per_update_h200.png")
+    print(format_time_per_update(recorded.H200_2026_12_04))
+
+
+def print_launcher_protocol() -> None:
+    """Print the six methods of the :class:`tba_lab.actors.launcher.Launcher` protocol, the
+    launchers registered under ``async.launcher``, and whether Ray is installed here."""
+    import inspect
+
+    from tba_lab.actors.launcher import Launcher
+    from tba_lab.registry import LAUNCHERS
+
+    for name in ("start", "publish", "poll", "restart", "retire", "stop"):
+        fn = getattr(Launcher, name)
+        print(f"launcher.{name}{inspect.signature(fn)}\n    {inspect.getdoc(fn).splitlines()[0]}")
+    print("\nregistered launchers (async.launcher):", LAUNCHERS.names())
+    print("Ray installed here:", importlib.util.find_spec("ray") is not None)
+
+
 def ray_run(s: Setup, devices: dict, local: dict):
     """Section 3's run again through the Ray launcher (a local Ray with 2 logical CPUs),
     printed beside the local launcher's ``local`` timings and drawn (ray_timeline.png); returns
