@@ -2,10 +2,12 @@
 read back from its logs (gpu_check's async run and every scaling_check leg)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -16,10 +18,23 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # the kit without installing it (the GPU machine has no venv)
 
-from tba_lab.lab.experiments.common import time_to_target  # noqa: E402
-from tba_lab.runlog import read_jsonl_rows  # noqa: E402
+from tba_lab.runlog import read_jsonl_rows, time_to_target  # noqa: E402
 
 LOG_FILES = ("config.yaml", "summary.json", "metrics.jsonl", "searchers.jsonl", "eval.jsonl")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """Inside the block SIGTERM (``kill``, ``timeout``) raises KeyboardInterrupt, as Ctrl-C does,
+    so a script's cleanup of the processes it started runs; the old handler comes back after."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def commit() -> str | None:

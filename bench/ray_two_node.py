@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, for _common
-from _common import REPO, commit  # noqa: E402
+from _common import REPO, commit, sigterm_as_interrupt  # noqa: E402
 
 from tba_lab.runlog import read_jsonl_rows  # noqa: E402
 
@@ -331,10 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-after", type=float, default=30.0,
                     help="seconds after the first update at which node 2 is killed")
     phases = ["two_nodes", "node_loss", "trainer_killed"]
-    ap.add_argument("--phases", nargs="+", default=phases, choices=phases)
+    ap.add_argument("--phases", nargs="+", action="extend", choices=phases, help="default: all")
     ap.add_argument("--out", type=Path, default=REPO / "docs/results/ray_two_node")
     ap.add_argument("--work-dir", type=Path, default=REPO / "runs/ray_two_node")
     args = ap.parse_args(argv)
+    args.phases = args.phases or phases
     refusal = None
     if missing_requirements():
         refusal = "bench/ray_two_node.py needs " + "; ".join(missing_requirements())
@@ -401,4 +402,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with sigterm_as_interrupt():  # `kill` of this script cleans up as Ctrl-C does
+        sys.exit(main())

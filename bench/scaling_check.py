@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, for _common
-from _common import environment, keep_logs, leg_metrics  # noqa: E402
+from _common import environment, keep_logs, leg_metrics, sigterm_as_interrupt  # noqa: E402
 
 from tba_lab.config import merge  # noqa: E402
 
@@ -208,14 +208,17 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--out", default=os.environ.get("OUT") or "runs/scaling_check",
                     help="output folder (default $OUT, else runs/scaling_check)")
     ap.add_argument("--seconds", type=float, help="training seconds per leg (30; dry run 20, a ceiling)")
-    ap.add_argument("--legs", nargs="+", choices=list(LEGS), metavar="LEG",
+    ap.add_argument("--legs", nargs="+", action="extend", choices=list(LEGS), metavar="LEG",
                     help="a subset (names below), run in the order given")
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds; legs run seed-major")
+    ap.add_argument("--seeds", nargs="+", action="extend", type=int,
+                    help="seeds (default 0); legs run seed-major")
     ap.add_argument("--deadline", type=float, help="seconds for all legs (330; dry run 150)")
     ap.add_argument("--cpu-dry-run", action="store_true", help="tiny CPU run of the same code "
                     "(automatic without CUDA)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.seeds = args.seeds or [0]
+    return args
 
 
 def main(argv=None) -> int:
@@ -240,11 +243,6 @@ def main(argv=None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="scaling_check_"))
     stopped = None
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    old_term = signal.signal(signal.SIGTERM, on_term)  # the wrapper's `timeout` sends SIGTERM
-
     def write() -> None:
         report["total_seconds"] = round(time.time() - t_start, 1)
         (out / "scaling_check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
@@ -257,42 +255,43 @@ def main(argv=None) -> int:
     slowest: dict[str, float] = {}  # group -> the slowest leg so far (seconds, all in)
     running = None  # (key, run folder) of the leg in progress
     try:
-        for seed in args.seeds:
-            for name in legs:
-                key = name if len(args.seeds) == 1 else f"{name}_s{seed}"
-                group = LEGS[name][0]
-                left = s["deadline"] - (time.time() - t_start)
-                need = slowest.get(group) or max(slowest.values(), default=0.0) or (
-                    s["seconds"] + STARTUP_ALLOWANCE)
-                if left < need:
-                    report["legs"][key] = {"skipped": f"{max(0.0, left):.0f} s left before the deadline "
-                                                      f"({s['deadline']:g} s), a leg of this group "
-                                                      f"takes about {need:.0f} s"}
-                    print(f"scaling_check: {key} skipped: {report['legs'][key]['skipped']}", flush=True)
+        with sigterm_as_interrupt():  # the wrapper's `timeout` sends SIGTERM
+            for seed in args.seeds:
+                for name in legs:
+                    key = name if len(args.seeds) == 1 else f"{name}_s{seed}"
+                    group = LEGS[name][0]
+                    left = s["deadline"] - (time.time() - t_start)
+                    need = slowest.get(group) or max(slowest.values(), default=0.0) or (
+                        s["seconds"] + STARTUP_ALLOWANCE)
+                    if left < need:
+                        report["legs"][key] = {"skipped": f"{max(0.0, left):.0f} s left before the deadline "
+                                                          f"({s['deadline']:g} s), a leg of this group "
+                                                          f"takes about {need:.0f} s"}
+                        print(f"scaling_check: {key} skipped: {report['legs'][key]['skipped']}", flush=True)
+                        write()
+                        continue
+                    run_dir = tmp / "runs" / key
+                    spec = {"leg": name, "seed": seed, "run_dir": str(run_dir),
+                            "error_file": str(tmp / f"{key}.error"), "seconds": s["seconds"],
+                            "eval_size": s["eval_size"], "eval_every": s["eval_every"],
+                            "overrides": leg_overrides(name, dry, s["max_updates"])}
+                    print(f"scaling_check: {key} ({group}, {s['seconds']:g} s), "
+                          f"{time.time() - t_start:.0f} s in", flush=True)
+                    t0 = time.time()
+                    running = (key, run_dir)
+                    res = run_leg(spec, min(left, 2 * s["seconds"] + 90))
+                    running = None
+                    res.update(group=group, seed=seed, leg_seconds=round(time.time() - t0, 1),
+                               overrides=spec["overrides"])
+                    slowest[group] = max(slowest.get(group, 0.0), res["leg_seconds"])
+                    report["legs"][key] = res
+                    if run_dir.is_dir():
+                        keep_logs(run_dir, tmp / "logs" / key)
                     write()
-                    continue
-                run_dir = tmp / "runs" / key
-                spec = {"leg": name, "seed": seed, "run_dir": str(run_dir),
-                        "error_file": str(tmp / f"{key}.error"), "seconds": s["seconds"],
-                        "eval_size": s["eval_size"], "eval_every": s["eval_every"],
-                        "overrides": leg_overrides(name, dry, s["max_updates"])}
-                print(f"scaling_check: {key} ({group}, {s['seconds']:g} s), "
-                      f"{time.time() - t_start:.0f} s in", flush=True)
-                t0 = time.time()
-                running = (key, run_dir)
-                res = run_leg(spec, min(left, 2 * s["seconds"] + 90))
-                running = None
-                res.update(group=group, seed=seed, leg_seconds=round(time.time() - t0, 1),
-                           overrides=spec["overrides"])
-                slowest[group] = max(slowest.get(group, 0.0), res["leg_seconds"])
-                report["legs"][key] = res
-                if run_dir.is_dir():
-                    keep_logs(run_dir, tmp / "logs" / key)
-                write()
-                print(f"scaling_check: {key} done in {res['leg_seconds']:.0f} s: "
-                      f"{res.get('updates')} updates, {res.get('updates_per_minute')} per minute"
-                      + (f"\n  error: {res['error'].strip().splitlines()[-1]}" if res.get("error") else ""),
-                      flush=True)
+                    error = res["error"].strip().splitlines()[-1] if res.get("error") else None
+                    print(f"scaling_check: {key} done in {res['leg_seconds']:.0f} s: "
+                          f"{res.get('updates')} updates, {res.get('updates_per_minute')} per minute"
+                          + (f"\n  error: {error}" if error else ""), flush=True)
     except KeyboardInterrupt:
         stopped = "stopped by a signal (Ctrl-C, or the wrapper's time limit)"
         report["stopped"] = stopped
@@ -304,7 +303,6 @@ def main(argv=None) -> int:
             report["legs"][key] = {**part, "error": f"{stopped}, while this leg ran"}
         print(f"scaling_check: {stopped}; the reports hold the legs done so far", flush=True)
     finally:
-        signal.signal(signal.SIGTERM, old_term)
         write()
         shutil.rmtree(tmp, ignore_errors=True)
     print(table(report))

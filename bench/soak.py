@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/, for _common
-from _common import REPO  # noqa: E402  (puts the kit on the path)
+from _common import REPO, sigterm_as_interrupt  # noqa: E402  (puts the kit on the path)
 
 from tba_lab.runlog import read_jsonl_rows  # noqa: E402
 
@@ -288,4 +288,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with sigterm_as_interrupt():  # `kill` of this script cleans up as Ctrl-C does
+        sys.exit(main())

@@ -175,12 +175,14 @@ def main(argv=None) -> dict:
     p.add_argument("--minutes", type=float, default=3.0, help="wall-clock training budget")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-size", type=int, default=200, help="held-out problems per evaluation")
-    p.add_argument("--eval-at-seconds", type=float, nargs="*", default=[60, 120, 180])
+    p.add_argument("--eval-at-seconds", type=float, nargs="*", action="extend",
+                   help="interim evaluations (default 60 120 180; none: the flag alone)")
     p.add_argument("--defer-eval", action="store_true",
                    help="copy the weights at each checkpoint, evaluate the copies after the budget")
     a = p.parse_args(argv)
     summary = run_trl_grpo(a.out, a.minutes, seed=a.seed, eval_size=a.eval_size,
-                           eval_at_seconds=tuple(a.eval_at_seconds), defer_eval=a.defer_eval)
+                           eval_at_seconds=(60, 120, 180) if a.eval_at_seconds is None
+                           else tuple(a.eval_at_seconds), defer_eval=a.defer_eval)
     print(json.dumps({k: v for k, v in summary.items() if k != "train_reward"}, indent=2))
     return summary
 

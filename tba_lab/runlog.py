@@ -460,6 +460,27 @@ def _keep_rows(path: Path, key: str, step: int, written: int | None) -> tuple[li
     return kept, max((r.get(key, 0) for r in rows), default=-1)
 
 
+def time_to_target(evals: list[dict], target: float, key: str = "accuracy") -> float | None:
+    """Seconds of training until held-out ``key`` first reaches ``target``, by LINEAR
+    INTERPOLATION between the two evaluations around the crossing (TBA, Sec. 4, compares
+    methods by wall-clock time to an accuracy); 0.0 when the first evaluation reaches it,
+    None when none does. ``evals``: ``eval.jsonl`` rows with ``wall_seconds``, in any order.
+
+    Raises:
+        ValueError: ``evals`` is empty.
+    """
+    if not evals:
+        raise ValueError("evals is empty: a run writes at least the evaluation before training")
+    rows = sorted(evals, key=lambda e: e["wall_seconds"])
+    if rows[0][key] >= target:
+        return float(rows[0]["wall_seconds"])
+    for prev, cur in zip(rows, rows[1:]):
+        if cur[key] >= target:
+            t0, t1, a0, a1 = prev["wall_seconds"], cur["wall_seconds"], prev[key], cur[key]
+            return float(t0 + (target - a0) * (t1 - t0) / (a1 - a0))
+    return None
+
+
 def split_evals(evals: list[dict], summary: dict | None = None) -> tuple[list, list, list]:
     """``eval.jsonl`` rows as ``(before, interim, after)`` lists, for curves.png.
 

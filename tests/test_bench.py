@@ -377,3 +377,11 @@ def test_scaling_check_cpu_dry_run(tmp_path):
     md = (out / "scaling_check.md").read_text()
     assert md.startswith("# Scaling check (CPU dry run)") and "| gpu_async_tba_n3 | " in md
     print(f"scaling_check dry run took {time.time() - t0:.0f} s")
+
+
+def test_scaling_check_repeated_list_flags_add_up():
+    """`--seeds 0 --seeds 1` runs both seeds (argparse's nargs="+" alone keeps the last)."""
+    a = scaling.parse(["--seeds", "0", "--seeds", "1", "--legs", "cpu_sync_tb", "--legs",
+                       "cpu_async_tba_n1"])
+    assert (a.seeds, a.legs) == ([0, 1], ["cpu_sync_tb", "cpu_async_tba_n1"])
+    assert (scaling.parse([]).seeds, scaling.parse([]).legs) == ([0], None)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from tba_lab.lab import recorded
-from tba_lab.lab.timeline import _read_run, busy_fraction, run_measurements
+from tba_lab.lab.timeline import _measurements, _read_run, busy_fraction
 
 
 @dataclass
@@ -228,8 +228,8 @@ def run_timings(run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
     if not (run_dir / "summary.json").exists():
         raise FileNotFoundError(f"{run_dir / 'summary.json'} not found: the run did not finish")
-    m = run_measurements(run_dir)
     cfg, summary, batches, metrics = _read_run(run_dir)
+    m = _measurements(cfg, summary, batches, metrics)  # timeline.run_measurements, read once
     a, buf, tr = cfg["async"], cfg["buffer"], cfg["training"]
     steady = float("nan")
     if len(metrics) >= 2 and metrics[-1]["wall_seconds"] > metrics[0]["wall_seconds"]:

@@ -124,7 +124,11 @@ def run_measurements(run_dir) -> dict:
     placed, else as configured); ``summary.json``'s ``updates_per_minute``, ``staleness_mean``,
     ``staleness_max``, ``trainer_steps``, ``wall_seconds``. FileNotFoundError: not a run.
     """
-    cfg, summary, batches, updates = _read_run(run_dir)
+    return _measurements(*_read_run(run_dir))
+
+
+def _measurements(cfg: dict, summary: dict, batches: list[dict], updates: list[dict]) -> dict:
+    """:func:`run_measurements` of a run already read by :func:`_read_run`."""
     a, tr = cfg.get("async") or {}, cfg.get("training") or {}
     mode = a.get("mode", "async")
     placed = summary.get("placement") or {}  # the resolved threads; absent: 1 per async process
