@@ -57,10 +57,9 @@ def environment(gpu: bool) -> dict:
            "python": sys.version.split()[0], "started": time.strftime("%Y-%m-%d %H:%M:%S"),
            "commit": commit()}
     for pkg in ("torch", "transformers"):
-        try:
+        env[pkg] = None
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             env[pkg] = importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            env[pkg] = None
     if gpu:
         import torch
 

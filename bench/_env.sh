@@ -14,12 +14,15 @@ for v in PYTORCH_CUDA_ALLOC_CONF PYTORCH_ALLOC_CONF; do
   unset "$v"
 done
 
-# limited NAME LIMIT_S KILL_S OUT_DIR CMD...: CMD under `timeout` (SIGTERM at LIMIT_S, SIGKILL
-# KILL_S later), its output also in OUT_DIR/NAME.log; returns CMD's exit code
-limited() {
-  local name="$1" limit="$2" kill="$3" out="$4" rc; shift 4
+# check NAME LIMIT_S KILL_S [OUT_DIR] [FLAGS...]: bench/NAME.py --out OUT_DIR FLAGS under `timeout`
+# (SIGTERM at LIMIT_S, SIGKILL KILL_S later), its output also in OUT_DIR/NAME.log; OUT_DIR is the
+# first argument unless it is a flag, else $OUT, else runs/NAME; returns the script's exit code
+check() {
+  local name="$1" limit="$2" kill="$3" out="${OUT:-runs/$1}" rc; shift 3
+  if [ -n "${1:-}" ] && [ "${1#-}" = "$1" ]; then out="$1"; shift; fi
   mkdir -p "$out"
-  timeout -k "$kill" "$limit" "$@" 2>&1 | tee "$out/$name.log"
+  timeout -k "$kill" "$limit" "$PYTHON" "bench/$name.py" --out "$out" "$@" 2>&1 \
+    | tee "$out/$name.log"
   rc=${PIPESTATUS[0]}
   [ "$rc" -eq 124 ] && echo "$name: stopped at the ${limit}-s limit; partial results in $out"
   return "$rc"

@@ -24,7 +24,6 @@ mkdir -p "$OUT_DIR"
 OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 TOTAL="${TOTAL:-540}"
 PARTS="${PARTS:-wheels gpu_check scaling nb10}"
-T0=$(date +%s)
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/device_checks.XXXXXX")"  # run folders and logs; removed at the end
 LOGS="$WORK/logs"
 mkdir -p "$LOGS"
@@ -33,42 +32,35 @@ SITE=/tmp/site
 ROWS=()   # "| part | rc | seconds | note |" lines for device_checks.md
 FAILED=0
 
-elapsed() { echo $(( $(date +%s) - T0 )); }
 wanted() { case " $PARTS " in *" $1 "*) return 0;; *) return 1;; esac; }
-# descendants PID: PID and every process below it (from /proc; whatever session or group they
-# made for themselves: scaling_check's legs, papermill's kernel)
+# descendants PID: PID and every process below it, one a line, from /proc (whatever session or
+# group they made for themselves: scaling_check's legs, papermill's kernel)
 descendants() {
-  local root="$1" f st p
-  declare -A kids=()
+  local f st ppid
+  echo "$1"
   for f in /proc/[0-9]*/stat; do
     st=$(cat "$f" 2>/dev/null) || continue
-    st=${st##*) }; set -- $st; p=${f#/proc/}; p=${p%/stat}
-    kids[$2]+=" $p"
+    read -r _ ppid _ <<< "${st##*) }"
+    [ "$ppid" = "$1" ] && f=${f#/proc/} && descendants "${f%/stat}"
   done
-  local todo=("$root") out=() q
-  while [ ${#todo[@]} -gt 0 ]; do
-    q=${todo[0]}; todo=("${todo[@]:1}"); out+=("$q")
-    for p in ${kids[$q]:-}; do todo+=("$p"); done
-  done
-  echo "${out[@]}"
 }
 # run NAME LIMIT_S NOTE CMD...: CMD under `timeout LIMIT_S`, in a session of its own, its output
 # in $LOGS/NAME.log (the last lines printed); if anything of it is still running 25 s after the
 # limit, SIGTERM to the whole process tree, SIGKILL 20 s later
 run() {
   local name="$1" limit="$2" note="$3"; shift 3
-  local t=$(date +%s) pid rc left
-  echo "=== device_checks: $name (limit ${limit} s, $(elapsed) s in): $*"
+  local t=$SECONDS pid rc left
+  echo "=== device_checks: $name (limit ${limit} s, $SECONDS s in): $*"
   setsid -w timeout -k 20 "$limit" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
   pid=$!
-  while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t )) -lt $(( limit + 25 )) ]; do sleep 1; done
+  while kill -0 "$pid" 2>/dev/null && [ $(( SECONDS - t )) -lt $(( limit + 25 )) ]; do sleep 1; done
   if kill -0 "$pid" 2>/dev/null; then
     left=$(descendants "$pid")
-    echo "device_checks: $name still running past its limit; stopping processes $left"
+    echo "device_checks: $name still running past its limit; stopping processes" $left
     kill -TERM $left 2>/dev/null; sleep 20; kill -KILL $left 2>/dev/null
   fi
   wait "$pid"; rc=$?
-  local s=$(( $(date +%s) - t ))
+  local s=$(( SECONDS - t ))
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && note="$note; STOPPED at its ${limit}-s limit"
   [ $rc -ne 0 ] && FAILED=1
   ROWS+=("| $name | $rc | $s | $note |")
@@ -82,13 +74,12 @@ skip() { ROWS+=("| $1 | - | 0 | skipped: $2 |"); echo "=== device_checks: $1 ski
 # collect: the reports into OUT_DIR (at most 7 files), rewritten after every part so that a
 # stopped run still returns what it did
 collect() {
-  cp "$WORK/gpu_check/gpu_check.md" "$WORK/gpu_check/gpu_check.json" "$OUT_DIR/" 2>/dev/null
-  cp "$WORK/scaling/scaling_check.md" "$WORK/scaling/scaling_check.json" "$OUT_DIR/" 2>/dev/null
-  cp "$WORK/10_multi_gpu.ipynb" "$OUT_DIR/" 2>/dev/null
+  cp "$WORK"/gpu_check/gpu_check.{md,json} "$WORK"/scaling/scaling_check.{md,json} \
+    "$WORK/10_multi_gpu.ipynb" "$OUT_DIR/" 2>/dev/null
   {
     printf '# Device checks (%s)\n\n' "$([ "$DRY" = 1 ] && echo 'CPU dry run' || nvidia-smi -L 2>/dev/null | head -1 | cut -d'(' -f1)"
     printf '%s, %s cores, %s s in all (limit %s s). Python: %s.\n\n| part | rc | seconds | note |\n|---|---|---|---|\n' \
-      "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" "$(elapsed)" "$TOTAL" "$PYTHON"
+      "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" "$SECONDS" "$TOTAL" "$PYTHON"
     printf '%s\n' "${ROWS[@]}"
     if [ -f "$WORK/nb10/metrics.json" ]; then
       printf '\nNotebook 10 metrics.json (device "cuda" = its GPU branch ran):\n\n```\n%s\n```\n' "$(cat "$WORK/nb10/metrics.json")"
@@ -115,16 +106,14 @@ collect() {
   nvidia-smi -L 2>&1 | head -4
   "$PYTHON" -c "import sys, torch, transformers; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available(), 'transformers', transformers.__version__)" 2>&1
   free -g 2>/dev/null | head -2
-} > "$LOGS/env.txt" 2>&1
-cat "$LOGS/env.txt"
+} 2>&1 | tee "$LOGS/env.txt"
 
 # ---------------------------------------------------------------- 1. wheels (for part 4)
 NB_PYTHONPATH="$REPO"
-have_papermill() { "$PYTHON" -c "import papermill, ipykernel" >/dev/null 2>&1; }
 if wanted wheels; then
   if ! ls .whl/*.whl >/dev/null 2>&1; then
     skip wheels "no .whl/ folder (carry .whl)"
-  elif have_papermill && [ "${WHEELS:-0}" != 1 ]; then
+  elif "$PYTHON" -c "import papermill, ipykernel" >/dev/null 2>&1 && [ "${WHEELS:-0}" != 1 ]; then
     skip wheels "$PYTHON already imports papermill and ipykernel"
   else
     rm -rf "$SITE"
@@ -144,7 +133,7 @@ fi
 NB_RESERVE=140  # part 4's limit (130 s) and the collection
 if wanted scaling; then
   # legs must end by the deadline; 30 s on top for the last leg's stop and the reports
-  left=$(( TOTAL - $(elapsed) - 30 ))
+  left=$(( TOTAL - SECONDS - 30 ))
   wanted nb10 && left=$(( left - NB_RESERVE ))
   cap=330; [ "$DRY" = 1 ] && cap=150
   deadline=$(( left < cap ? left : cap ))
@@ -159,7 +148,7 @@ fi
 
 # ---------------------------------------------------------------- 4. notebook 10
 if wanted nb10; then
-  limit=$(( TOTAL - $(elapsed) - 10 )); [ $limit -gt 130 ] && limit=130
+  limit=$(( TOTAL - SECONDS - 10 )); [ $limit -gt 130 ] && limit=130
   if [ $limit -lt 30 ]; then
     skip nb10 "only ${limit} s left"
   else
@@ -180,5 +169,5 @@ collect
 echo
 cat "$OUT_DIR/device_checks.md"
 [ -f "$OUT_DIR/scaling_check.md" ] && cat "$OUT_DIR/scaling_check.md"
-echo "device_checks: $(ls "$OUT_DIR" | wc -l) files in $OUT_DIR, $(elapsed) s in all"
+echo "device_checks: $(ls "$OUT_DIR" | wc -l) files in $OUT_DIR, $SECONDS s in all"
 exit $FAILED

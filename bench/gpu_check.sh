@@ -4,11 +4,9 @@
 #
 #   bench/gpu_check.sh [OUT_DIR] [--run-seconds S] [--budget S] [--cpu-dry-run]
 #
-# Writes gpu_check.json, .md, .log and async_run/'s three logs in OUT_DIR (else $OUT, else
-# runs/gpu_check). PYTHON picks the interpreter.
+# Writes gpu_check.json, .md, .log and async_run/'s three logs in OUT_DIR (the first argument unless
+# it is a flag, else $OUT, else runs/gpu_check). PYTHON picks the interpreter.
 set -u
 cd "$(dirname "$0")/.."
 source bench/_env.sh "$@"
-OUT_DIR="${1:-${OUT:-runs/gpu_check}}"
-shift || true
-limited gpu_check 300 10 "$OUT_DIR" "$PYTHON" bench/gpu_check.py --out "$OUT_DIR" "$@"
+check gpu_check 300 10 "$@"

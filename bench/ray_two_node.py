@@ -91,11 +91,10 @@ class TwoNodes:
         return self
 
     def _link(self) -> None:
-        a, b = self.ns
-        _sh("ip", "netns", "add", a)
-        _sh("ip", "netns", "add", b)
+        for ns in self.ns:
+            _sh("ip", "netns", "add", ns)
         _sh("ip", "link", "add", self.veth[0], "type", "veth", "peer", "name", self.veth[1])
-        for ns, dev, ip in ((a, self.veth[0], HEAD_IP), (b, self.veth[1], WORKER_IP)):
+        for ns, dev, ip in zip(self.ns, self.veth, (HEAD_IP, WORKER_IP)):
             _sh("ip", "link", "set", dev, "netns", ns)
             _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
             _sh("ip", "-n", ns, "link", "set", dev, "up")
@@ -111,7 +110,8 @@ class TwoNodes:
             stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=REPO)
 
     def python(self, code: str, timeout: float = 120) -> str:
-        """Run ``code`` with this Python in node 1's network namespace (a Ray driver there)."""
+        """Run ``code`` as a Ray driver in node 1's network namespace; the last line it printed."""
+        code = "import ray; ray.init(address='auto', logging_level='ERROR'); " + code
         r = subprocess.run(["ip", "netns", "exec", self.ns[0], sys.executable, "-c", code],
                            capture_output=True, text=True, env=self.env, timeout=timeout, cwd=REPO)
         if r.returncode:
@@ -120,8 +120,7 @@ class TwoNodes:
 
     def wait_for_nodes(self, n: int, timeout: float = 120) -> None:
         """Until ``n`` nodes are alive (a node process that ended is an error, with its log)."""
-        code = ("import ray; ray.init(address='auto', logging_level='ERROR'); "
-                "print(sum(x['Alive'] for x in ray.nodes()))")
+        code = "print(sum(x['Alive'] for x in ray.nodes()))"
         t0 = time.time()
         while time.time() - t0 < timeout:
             for name, p in self.nodes.items():
@@ -141,8 +140,8 @@ class TwoNodes:
         """What the cluster still holds (CPUs in use, placement groups not removed), polled
         until all is free or ``timeout`` seconds passed; adds ``seconds`` (how long, from the
         call) and ``clean`` (all free)."""
-        code = ("import ray, json, time; ray.init(address='auto', logging_level='ERROR'); "
-                "time.sleep(2); tot, free = ray.cluster_resources(), ray.available_resources(); "
+        code = ("import json, time; time.sleep(2); "
+                "tot, free = ray.cluster_resources(), ray.available_resources(); "
                 "pgs = [g['state'] for g in ray.util.placement_group_table().values()]; "
                 "print(json.dumps({'cpus_total': tot.get('CPU', 0), 'cpus_free': free.get('CPU', 0), "
                 "'placement_groups_not_removed': sum(s != 'REMOVED' for s in pgs)}))")
@@ -255,13 +254,12 @@ def describe(run_dir: Path) -> dict:
     """The run's summary, per-node table and which outputs exist."""
     path = run_dir / "summary.json"
     summary = json.loads(path.read_text()) if path.exists() else {}
-    rows = read_jsonl_rows(run_dir / "searchers.jsonl")
-    wall = float(summary.get("wall_seconds") or 1.0)
     return {
         "summary": {k: summary.get(k) for k in (
             "trainer_steps", "updates_per_minute", "samples_generated", "staleness_mean",
             "staleness_max", "accuracy_before", "accuracy_after", "wall_seconds")},
-        "per_node": per_node(rows, wall),
+        "per_node": per_node(read_jsonl_rows(run_dir / "searchers.jsonl"),
+                             float(summary.get("wall_seconds") or 1.0)),
         "searcher_failures": summary.get("searcher_failures", []),
         "summary_resumes": summary.get("resumes"),
         "outputs": {name: (run_dir / name).exists() for name in

@@ -1,9 +1,7 @@
 """Scaling check, a script because only a GPU machine runs it: async TBA with 1-8 searchers.
 
-Async TBA with 1-8 searchers against sync TB and sync GRPO, on one GPU and as CPU processes:
-
-    bash bench/scaling_check.sh [OUT_DIR] [--seconds S] [--legs L ...] [--seeds N ...]
-                                [--deadline S] [--cpu-dry-run]
+Async TBA with 1-8 searchers against sync TB and sync GRPO, on one GPU and as CPU processes,
+through ``bash bench/scaling_check.sh`` (its header has the flags and the time limit).
 
 Each leg (:data:`LEGS`, most telling first, so a deadline cuts the least useful) is a
 ``short_run`` of ``--seconds`` with the kit's defaults otherwise and deferred interim
@@ -268,7 +266,6 @@ def main(argv=None) -> int:
                                                           f"({s['deadline']:g} s), a leg of this group "
                                                           f"takes about {need:.0f} s"}
                         print(f"scaling_check: {key} skipped: {report['legs'][key]['skipped']}", flush=True)
-                        write()
                         continue
                     run_dir = tmp / "runs" / key
                     spec = {"leg": name, "seed": seed, "run_dir": str(run_dir),

@@ -11,7 +11,5 @@
 set -u
 cd "$(dirname "$0")/.."
 source bench/_env.sh "$@"
-if [ -n "${1:-}" ] && [ "${1#-}" = "$1" ]; then OUT_DIR="$1"; shift; else OUT_DIR="${OUT:-runs/scaling_check}"; fi
 # SIGTERM at the limit lets the script stop the running leg and write its reports
-limited scaling_check "${SCALING_CHECK_LIMIT:-360}" 20 "$OUT_DIR" \
-  "$PYTHON" bench/scaling_check.py --out "$OUT_DIR" "$@"
+check scaling_check "${SCALING_CHECK_LIMIT:-360}" 20 "$@"

@@ -20,6 +20,7 @@ growth while the replay buffer fills is data, not a leak (the summary says when 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -54,38 +55,28 @@ def _shm_held(pids: list[int]) -> int:
         return -1
     held = set()
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                for line in f:
-                    parts = line.split(None, 5)
-                    if len(parts) == 6 and "/dev/shm/" in parts[5] and int(parts[4]) in entries:
-                        held.add(int(parts[4]))
-        except (OSError, ValueError):
-            continue
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and "/dev/shm/" in parts[5] and int(parts[4]) in entries:
+                    held.add(int(parts[4]))
     return len(held)
 
 
 def _proc_stats(p: psutil.Process) -> dict | None:
-    try:
-        with p.oneshot():
-            return {"pid": p.pid, "rss_mb": round(p.memory_info().rss / MB, 2), "fds": p.num_fds()}
-    except psutil.Error:
-        return None
+    with contextlib.suppress(psutil.Error), p.oneshot():
+        return {"pid": p.pid, "rss_mb": round(p.memory_info().rss / MB, 2), "fds": p.num_fds()}
+    return None
 
 
 def _searchers(trainer: psutil.Process) -> list[psutil.Process]:
     out = []
-    try:
-        children = trainer.children(recursive=True)
-    except psutil.Error:
-        return out
-    for c in children:
-        try:
-            cmd = " ".join(c.cmdline())
-        except psutil.Error:
-            continue
-        if "spawn_main" in cmd and "resource_tracker" not in cmd:
-            out.append(c)
+    with contextlib.suppress(psutil.Error):
+        for c in trainer.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                cmd = " ".join(c.cmdline())
+                if "spawn_main" in cmd and "resource_tracker" not in cmd:
+                    out.append(c)
     return sorted(out, key=lambda c: c.pid)
 
 
@@ -118,20 +109,9 @@ def slope_per_10min(ts: list[float], ys: list[float]) -> tuple[float, float, flo
     return 600.0 * float(fit.slope), 600.0 * float(fit.low_slope), 600.0 * float(fit.high_slope)
 
 
-def _searcher_series(rows: list[dict]) -> dict[str, list[tuple[float, float, int]]]:
-    """``(t_s, rss_mb, fds)`` per searcher process, keyed "pid <n>" (a restarted searcher is a
-    new process, so a new key)."""
-    out: dict[str, list[tuple[float, float, int]]] = {}
-    for r in rows:
-        for s in r["searchers"]:
-            out.setdefault(f"pid {s['pid']}", []).append((r["t_s"], s["rss_mb"], s["fds"]))
-    return out
-
-
 def _judge(name: str, ts: list[float], rss: list[float], fds: list[int], flat_mb: float) -> dict:
-    """flat: the slope's 95 % interval lies below flat_mb and fds grew by 2 at most; GROWING:
-    the interval lies at or above flat_mb, or fds grew by more; inconclusive: the interval
-    straddles flat_mb (too few samples or too much noise to tell)."""
+    """One process's RSS and fds over the times ``ts`` (seconds), judged by the module
+    docstring's rule ("inconclusive": too few samples or too much noise to tell)."""
     fit = slope_per_10min(ts, rss)
     if max(fds) - fds[0] > 2:
         verdict = "GROWING"
@@ -154,11 +134,13 @@ def summarize(rows: list[dict], warmup_s: float, flat_mb: float) -> dict:
         return {"error": f"fewer than 2 samples after the {warmup_s:.0f}-s warm-up "
                          f"({len(rows)} samples in all); run longer or sample more often"}
     first, last = steady[0], steady[-1]
-    procs = [_judge("trainer", [r["t_s"] for r in steady], [r["trainer_rss_mb"] for r in steady],
-                    [r["trainer_fds"] for r in steady], flat_mb)]
-    for key, series in _searcher_series(steady).items():
-        procs.append(_judge(f"searcher {key}", [t for t, _, _ in series],
-                            [mb for _, mb, _ in series], [f for _, _, f in series], flat_mb))
+    # (t_s, rss_mb, fds) per process: a restarted searcher is a new process, so a new key
+    series = {"trainer": [(r["t_s"], r["trainer_rss_mb"], r["trainer_fds"]) for r in steady]}
+    for r in steady:
+        for s in r["searchers"]:
+            point = (r["t_s"], s["rss_mb"], s["fds"])
+            series.setdefault(f"searcher pid {s['pid']}", []).append(point)
+    procs = [_judge(name, *zip(*points), flat_mb) for name, points in series.items()]
     shm = [r["run_shm_entries"] for r in steady]
     buffers = [r["buffer_size"] for r in steady]
     return {
@@ -180,12 +162,10 @@ def summarize(rows: list[dict], warmup_s: float, flat_mb: float) -> dict:
 def _leftovers(seen: dict) -> list[str]:
     left = []
     for (pid, ct), cmd in seen.items():
-        try:
+        with contextlib.suppress(psutil.Error):
             p = psutil.Process(pid)
             if p.create_time() == ct and p.status() != psutil.STATUS_ZOMBIE:
                 left.append(f"{pid}: {cmd}")
-        except psutil.Error:
-            continue
     return left
 
 
@@ -243,10 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         next_t = t0
         while proc.poll() is None:
             for c in [trainer, *_searchers(trainer)]:
-                try:
+                with contextlib.suppress(psutil.Error):
                     seen[(c.pid, c.create_time())] = " ".join(c.cmdline())[:160]
-                except psutil.Error:
-                    pass
             if time.time() >= next_t:
                 row = sample(trainer, run_dir, t0)
                 if row is not None:

@@ -41,6 +41,7 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     ``defer_eval``: copy the weights at each checkpoint and evaluate the copies after the budget,
     as ``task.defer_interim_eval`` does. ValueError unless ``minutes`` > 0.
     """
+    settings = {k: v for k, v in locals().items() if k != "out_dir"}  # the arguments
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
@@ -52,10 +53,6 @@ def run_trl_grpo(out_dir, minutes, seed=0, num_prompts_per_step=16, num_generati
     from tba_lab.tasks.gsm8k import exact_match_reward, gold_answer, read_jsonl
     from tba_lab.trainer import cpu_state_copy, evaluate_weight_copies
 
-    settings = dict(minutes=minutes, seed=seed, num_prompts_per_step=num_prompts_per_step,
-                    num_generations=num_generations, learning_rate=learning_rate,
-                    temperature=temperature, max_new_tokens=max_new_tokens,
-                    defer_eval=defer_eval, threads=threads)
     if minutes <= 0:
         raise ValueError(f"minutes must be > 0, got {minutes!r}")
     torch.set_num_threads(threads)

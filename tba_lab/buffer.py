@@ -272,7 +272,8 @@ class ReplayBuffer:
             rollouts (list[Rollout]): items from a searcher, any order, any prompts.
             copy (bool): False hands the objects themselves over, for a caller that made them
                 for the buffer alone and never touches them again (the trainer's rows, unpickled
-                from a searcher's queue; the simulator's); saves about 1.3 us per rollout (bench/buffer_cost.py).
+                from a searcher's queue; the simulator's); saves about 1.3 us per rollout
+                (docs/log.md, 2026-12-06).
 
         Returns:
             int: number of rollouts stored as new items (all of them without ``dedup``).

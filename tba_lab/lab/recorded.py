@@ -9,13 +9,13 @@ recorded (nothing is estimated).
 """
 from __future__ import annotations
 
-SOURCE = ("measured 2026-12-04 on one NVIDIA H200 with 16 CPU cores, the kit at bd662ce "
-          "(old default: the trainer scored every drained row, 1 torch thread per async process), "
-          "25-s CPU / 30-s GPU runs, seed 0")
 DATE = "2026-12-04"
 MACHINE = "one NVIDIA H200, 16 CPU cores"
 COMMIT = "bd662ce"
 SEED = 0
+SOURCE = (f"measured {DATE} on {MACHINE}, the kit at {COMMIT} (old default: the trainer "
+          "scored every drained row, 1 torch thread per async process), 25-s CPU / 30-s GPU runs, "
+          f"seed {SEED}")
 
 
 def _leg(device, mode, algo, n, run_seconds, upm, spm, update, reference, wait, generation,

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from tba_lab.config import SEED_MAX
 from tba_lab.lab.runs import _read_json, flatten_config
 from tba_lab.paths import REPO_DIR
 
@@ -56,8 +57,6 @@ def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, se
     """Execute the notebooks; return one result dict per notebook and write ``report.md``.
     Raises ImportError (no papermill), FileNotFoundError (no notebooks), ValueError (a seed
     outside 0 .. ``tba_lab.config.SEED_MAX``)."""
-    from tba_lab.config import SEED_MAX
-
     if not 0 <= int(seed) <= SEED_MAX:
         raise ValueError(f"--seed {seed}: give a seed from 0 to {SEED_MAX}")
     pm = require("papermill", "tba-lab reproduce")
@@ -76,11 +75,10 @@ def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, se
             error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
         seconds = round(time.time() - t0, 1)
         nb_out = out / nb.stem
-        metrics = _read_json(nb_out / "metrics.json") or {}
-        figures = sorted(str(p.relative_to(out)) for p in nb_out.glob("*.png")) if nb_out.is_dir() else []
         results.append({"notebook": nb.name, "ok": error is None, "error": error,
-                        "seconds": seconds, "parameters": params, "metrics": metrics,
-                        "figures": figures})
+                        "seconds": seconds, "parameters": params,
+                        "metrics": _read_json(nb_out / "metrics.json") or {},
+                        "figures": sorted(str(p.relative_to(out)) for p in nb_out.glob("*.png"))})
         print(f"{'ok  ' if error is None else 'FAIL'} {nb.name} ({seconds:.0f} s)"
               + (f": {error}" if error else ""), flush=True)
     write_report(results, out, smoke)
@@ -94,7 +92,8 @@ def write_report(results: list[dict], out: Path, smoke: bool) -> Path:
              f"{sum(r['seconds'] for r in results):.0f} s in total.", "",
              "| notebook | status | seconds | metrics |", "|---|---|---|---|"]
     for r in results:
-        m = ", ".join(f"{k}={_fmt(v)}" for k, v in flatten_config(r["metrics"]).items()) or "-"
+        m = ", ".join(f"{k}={_fmt(v)}".replace("|", "\\|")
+                      for k, v in flatten_config(r["metrics"]).items()) or "-"
         status = "ok" if r["ok"] else f"FAILED: {r['error']}"
         lines.append(f"| [{r['notebook']}]({r['notebook']}) | {status} | {r['seconds']:.0f} | {m} |")
     for r in results:
@@ -108,24 +107,19 @@ def write_report(results: list[dict], out: Path, smoke: bool) -> Path:
     return path
 
 
-def _fmt(v, max_items: int = 6, escape: bool = True) -> str:
+def _fmt(v, max_items: int = 6) -> str:
     """One metric value for the report's table: floats to 4 digits, a list of more than
-    ``max_items`` cut to its first and last items and its length, ``|`` escaped."""
+    ``max_items`` cut to its first and last items and its length."""
     if isinstance(v, float):
-        text = f"{v:.4g}"
-    elif isinstance(v, (list, tuple)):
-        shown = [_fmt(x, max_items, escape=False) for x in v]
-        if len(shown) > max_items:
-            shown = shown[:max_items - 2] + ["…", shown[-1]]
-            text = f"[{', '.join(shown)}] ({len(v)} items)"
-        else:
-            text = f"[{', '.join(shown)}]"
-    elif isinstance(v, dict):
-        text = "{" + ", ".join(f"{k}: {_fmt(x, max_items, escape=False)}"
-                               for k, x in v.items()) + "}"
-    else:
-        text = str(v)
-    return text.replace("|", "\\|") if escape else text
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_fmt(x)}" for k, x in v.items()) + "}"
+    if not isinstance(v, (list, tuple)):
+        return str(v)
+    shown = [_fmt(x) for x in v]
+    if len(shown) <= max_items:
+        return f"[{', '.join(shown)}]"
+    return f"[{', '.join(shown[:max_items - 2] + ['…', shown[-1]])}] ({len(v)} items)"
 
 
 def main(args) -> int:

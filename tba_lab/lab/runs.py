@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+from tba_lab.config import _section_key, load_yaml, read_yaml_data, write_yaml
 from tba_lab.registry import ALGORITHMS
 
 #: Settings columns of the runs table -> dotted key of the run's ``config.yaml``; ``{algo}`` is
@@ -44,14 +45,10 @@ def flatten_config(data: dict, prefix: str = "") -> dict:
 
 def read_settings(run_dir: str | Path) -> dict:
     """A run's ``config.yaml`` as flat dotted keys, not validated (a run of an older kit still
-    shows). FileNotFoundError without one, ValueError when it is not a YAML mapping."""
-    import yaml
-
+    shows). FileNotFoundError without one; ValueError when it is not a YAML mapping (ConfigError
+    when it is not valid YAML)."""
     path = Path(run_dir) / "config.yaml"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML ({e})") from None
+    data = read_yaml_data(path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a YAML mapping")
     return flatten_config(data)
@@ -90,11 +87,8 @@ def _status(run_dir: Path, summary: dict | None) -> str:
 
 
 def _algo_section(algo) -> str:
-    try:
-        cls = ALGORITHMS.get(algo)
-    except KeyError:  # a run of an algorithm that is not registered now
-        return str(algo)
-    return cls.section or cls.name
+    """The config section of ``algo``'s options (its name if it is not registered now)."""
+    return _section_key(ALGORITHMS.get(algo)) if algo in ALGORITHMS else str(algo)
 
 
 def list_runs(output_root: str | Path) -> list[dict]:
@@ -103,11 +97,8 @@ def list_runs(output_root: str | Path) -> list[dict]:
     a stop event, "interrupted" by Ctrl-C or SIGTERM, "incomplete": running or killed), the
     :data:`SETTING_COLUMNS`, ``budget_seconds`` and the :data:`RESULT_COLUMNS` (or None).
     """
-    root = Path(output_root)
-    if not root.is_dir():
-        return []
     rows = []
-    for d in sorted((p for p in root.iterdir() if (p / "config.yaml").is_file()),
+    for d in sorted((p.parent for p in Path(output_root).glob("*/config.yaml")),
                     key=lambda p: [int(t) if t.isdigit() else t
                                    for t in re.split(r"(\d+)", p.name)]):
         try:
@@ -140,10 +131,6 @@ def export_config(run_dir: str | Path, path: str | Path | None = None,
     so that it never overwrites the explorer's run; return ``path``. Raises FileNotFoundError
     (no ``config.yaml``) or ConfigError (the settings do not validate in this kit).
     """
-    import yaml
-
-    from tba_lab.config import load_yaml
-
     run_dir = Path(run_dir)
     cfg = load_yaml(run_dir / "config.yaml")
     cfg.output_dir = str(output_dir) if output_dir is not None else \
@@ -151,7 +138,8 @@ def export_config(run_dir: str | Path, path: str | Path | None = None,
     path = Path(path) if path is not None else run_dir / "export.yaml"
     header = (f"# settings of the run {run_dir.resolve()}, exported by tba_lab.lab.widgets\n"
               f"# train with:  tba-lab train --config {path}  (--max-minutes / --output-dir override)\n")
-    path.write_text(header + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    write_yaml(cfg, path)
+    path.write_text(header + path.read_text())
     return path
 
 

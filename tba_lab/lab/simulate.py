@@ -5,6 +5,7 @@ checked against the others (:func:`predict`; ``python -m tba_lab.lab.simulate --
 """
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tba_lab.config import AsyncConfig, BufferConfig
 from tba_lab.lab import recorded
-from tba_lab.lab.timeline import _measurements, _read_run, busy_fraction
+from tba_lab.lab.timeline import _by_searcher, _measurements, _read_run, busy_fraction
 
 
 @dataclass
@@ -246,12 +248,11 @@ def run_timings(run_dir: str | Path) -> dict:
         **m, **{k: math.nan if m[k] is None else m[k]
                 for k in ("gen_seconds", "score_seconds", "update_seconds")},
         "updates_per_minute": float(m["updates_per_minute"] or 60 * m["trainer_steps"] / wall),
-        "wall_seconds": wall, "steady_updates_per_minute": steady,
+        "wall_seconds": wall, "steady_updates_per_minute": steady, "batches": len(batches),
         "budget_seconds": budget, "updates_in_budget": in_budget,
         "budget_updates_per_minute": 60.0 * in_budget / budget,
         "overhead_seconds": _overhead(metrics, m["mode"], rho),
         "searcher_start_seconds": min((b["t_start"] for b in batches), default=0.0),
-        "samples_per_minute": 60.0 * summary["samples_generated"] / wall, "batches": len(batches),
         "queue_size": a["queue_size"], "initial_fill": buf["initial_fill"], "max_replay_ratio": rho,
         "num_prompts": tr["num_prompts_per_step"], "num_generations": tr["num_generations"],
         "max_steps": max_steps, **_split_timings(metrics, batches, m["mode"], wall, budget),
@@ -272,11 +273,8 @@ def _split_timings(metrics: list[dict], batches: list[dict], mode: str, wall: fl
         handover = _median([m["wait_seconds"] - m.get("gen_seconds", 0.0)
                             - m.get("score_seconds", 0.0) for m in metrics[1:] if "gen_seconds" in m])
     else:
-        by: dict = {}
-        for b in batches:
-            by.setdefault(b.get("searcher_id", 0), []).append(b)
-        notice = [y["t_start"] - x["received"] for v in by.values() for x, y in zip(v, v[1:])
-                  if "received" in x and y["t_start"] >= x["received"]]
+        notice = [y["t_start"] - x["received"] for v in _by_searcher(batches).values()
+                  for x, y in zip(v, v[1:]) if "received" in x and y["t_start"] >= x["received"]]
         trips = [b["received"] - b["t_end"] for b in batches if "received" in b]
         handover = _median(notice) + min(trips) if notice and trips else math.nan
 
@@ -290,8 +288,7 @@ def _split_timings(metrics: list[dict], batches: list[dict], mode: str, wall: fl
     return {"update_only_seconds": _median([m["update_seconds"] for m in metrics]),
             "ref_seconds": (sum(m.get("reference_seconds", 0.0) for m in metrics) / len(batches)
                             if batches else math.nan),
-            "handover_seconds": handover,
-            "jitter": float(statistics.median(spreads)) if spreads else math.nan,
+            "handover_seconds": handover, "jitter": _median(spreads),
             "searcher_warmup_seconds": max(0.0, gen[0] - _median(gen)) if gen else math.nan,
             "stop_seconds": max(0.0, wall - budget)}
 
@@ -304,8 +301,6 @@ def simulate_run(measured: dict, timings: dict | None = None, cores: int | None 
     ``measured``), so one run can be predicted from another's: ``gen_seconds`` +
     ``score_seconds`` per batch, ``update_seconds`` (+ ``overhead_seconds``, async) per update.
     ``overrides`` go to :func:`simulate`."""
-    from tba_lab.config import AsyncConfig, BufferConfig
-
     src, buf, asy = timings or measured, BufferConfig(), AsyncConfig()
     mode = measured.get("mode", "async")
     rows = int(measured.get("num_prompts", 16)) * int(measured.get("num_generations", 8))
@@ -326,22 +321,18 @@ def simulate_run(measured: dict, timings: dict | None = None, cores: int | None 
 def format_table(rows: list[dict], columns: list[str], markdown: bool = False) -> str:
     """Rows of dicts as a fixed-width text table, or a markdown one (missing and NaN: '-')."""
     def cell(v):
-        if v is None:
+        if v is None or isinstance(v, (float, np.floating)) and math.isnan(v):
             return "-"
         if isinstance(v, (float, np.floating)):
-            v = float(v)
-            if math.isnan(v):
-                return "-"
             return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
         return str(v)
     table = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
     if markdown:
         table.insert(1, ["---"] * len(columns))
         return "\n".join("| " + " | ".join(row) + " |" for row in table)
-    widths = [max(len(row[j]) for row in table) for j in range(len(columns))]
-    lines = ["  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    widths = [max(map(len, column)) for column in zip(*table)]
+    table.insert(1, ["-" * w for w in widths])
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in table)
 
 
 # The scaling prediction on the machine of 2026-12-04 (one H200, 16 cores)
@@ -400,11 +391,10 @@ def predict(seeds: int = 5, seed: int = 0) -> dict:
     for leg, m in {**recorded.H200_2026_12_04, **recorded.GPU_CHECK_2026_12_04}.items():
         if m["samples_per_minute"] is None:
             continue  # sync GRPO: a rate only, and no reference pass
-        device = m["device"]
-        sim = predict_leg(device, m["mode"], m["num_searchers"], m["run_seconds"], seeds=seeds,
-                          seed=seed)
-        row = {"leg": leg + (" (calibration run)"
-                             if leg == recorded.CALIBRATION_2026_12_04[device]["run"] else "")}
+        sim = predict_leg(m["device"], m["mode"], m["num_searchers"], m["run_seconds"],
+                          seeds=seeds, seed=seed)
+        calibration = leg == recorded.CALIBRATION_2026_12_04[m["device"]]["run"]
+        row = {"leg": leg + (" (calibration run)" if calibration else "")}
         for key in ("updates_per_minute", "samples_per_minute", "staleness_mean"):
             row[f"{LABELS[key]} predicted"], row[f"{LABELS[key]} measured"] = sim[key], m[key]
             if key != "staleness_mean":
@@ -451,8 +441,6 @@ def prediction_report(result: dict, command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tba_lab.lab.simulate [--out FILE]``: print (and write) the prediction report."""
-    import argparse
-
     p = argparse.ArgumentParser(description="Throughput prediction of async TB/TBA on the "
                                 "2026-12-04 machine, validated against its recorded runs.")
     p.add_argument("--out", type=Path, help="markdown file to write (default: print only)")

@@ -28,6 +28,7 @@ FULL_SECONDS = {"01": 140, "02": 31, "03": 20, "04": 268, "05": 138, "06": 166, 
 #: A notebook whose full run takes longer than this (seconds) runs in SMOKE by default.
 FULL_MAX_SECONDS = 180
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")       # [text](target), ![alt](target)
+_EXTERNAL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*:")     # https:, data:, mailto:
 _FENCE = re.compile(r"(^```.*?^```[^\n]*$)", re.M | re.S)  # fenced code: links left alone
 _WIDGET = "application/vnd.jupyter.widget-view+json"
 # nbconvert's loaders in a notebook page: MathJax (its URL is empty here) and mermaid.js (a CDN
@@ -50,7 +51,7 @@ def rewrite_links(text: str, page: str, site_files: set[str], html: bool = False
     def fix(m: re.Match) -> str:
         bang, label, target = m.groups()
         path, _, anchor = target.partition("#")
-        if not path or re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", path):  # #anchor, https:, mailto:
+        if not path or _EXTERNAL.match(path):  # #anchor, or external
             return m.group(0)
         found = _site_file(posixpath.normpath(posixpath.join(base, path)), site_files)
         if found is None:
@@ -76,10 +77,7 @@ def _site_file(path: str, site_files: set[str]) -> str | None:
 def _url(path: str) -> str:
     """A page's URL on the site (``use_directory_urls: false``): README.md and index.md ->
     index.html, other .md and .ipynb -> .html; any other file keeps its name."""
-    head, name = posixpath.split(path)
-    if name in ("README.md", "index.md"):
-        return posixpath.join(head, "index.html")
-    return re.sub(r"\.(md|ipynb)$", ".html", path)
+    return re.sub(r"\.(md|ipynb)$", ".html", re.sub(r"(^|/)README\.md$", r"\1index.md", path))
 
 
 def _prepare_notebook(src: Path, dst: Path, page: str, site_files: set[str], note: str) -> None:
@@ -142,8 +140,8 @@ def broken_links(html_dir: str | Path) -> list[str]:
     for page in sorted(html_dir.rglob("*.html")):
         for ref in re.findall(r'\b(?:href|src)="([^"]*)"', page.read_text(errors="replace")):
             path, _, anchor = ref.split("?")[0].partition("#")
-            if not path or re.match(r"[a-zA-Z][a-zA-Z0-9+.-]*:", path):
-                continue  # same page, or external (https:, data:, mailto:)
+            if not path or _EXTERNAL.match(path):
+                continue  # same page, or external
             target = html_dir / path.lstrip("/") if path.startswith("/") else page.parent / path
             if not target.exists() or (anchor and target.suffix == ".html"
                                        and f'id="{anchor}"' not in target.read_text(errors="replace")):
@@ -180,11 +178,9 @@ def build_site(out_dir: str | Path, smoke: bool = False, only: list[str] | None 
     shutil.copytree(REPO_DIR / "docs", src / "docs")
     site_files = {"README.md", *(f"notebooks/{s}.ipynb" for s in stems),
                   *(p.relative_to(src).as_posix() for p in (src / "docs").rglob("*") if p.is_file())}
-    for p in (src / "docs").rglob("*.md"):
-        page = p.relative_to(src).as_posix()
-        p.write_text(rewrite_links(p.read_text(), page, site_files))
-    (src / "index.md").write_text(rewrite_links((REPO_DIR / "README.md").read_text(), "README.md",
-                                                site_files))
+    shutil.copy2(REPO_DIR / "README.md", src / "index.md")  # in the same folder: same links
+    for p in src.rglob("*.md"):
+        p.write_text(rewrite_links(p.read_text(), p.relative_to(src).as_posix(), site_files))
     (src / "notebooks").mkdir()
     for r in results:
         _prepare_notebook(executed / r["notebook"], src / "notebooks" / r["notebook"],

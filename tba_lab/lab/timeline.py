@@ -14,12 +14,15 @@ from pathlib import Path
 import numpy as np
 
 from tba_lab.actors.placement import available_cores
+from tba_lab.config import read_yaml_data
+from tba_lab.lab.runs import _read_json
 from tba_lab.runlog import read_jsonl_rows, trainer_seconds
 
 # How each part is drawn, in :func:`plot_timeline` and :func:`plot_time_per_update` alike.
-_STYLES = {"update": dict(color="C0"), "reference": dict(color="C3"),
+_STYLES = {"update": dict(facecolor="C0"), "reference": dict(facecolor="C3"),
            "wait": dict(facecolor="0.85", edgecolor="0.6", hatch="//", linewidth=0.3),
-           "generation": dict(color="C1"), "scoring": dict(color="C2"), "sync": dict(color="C4")}
+           "generation": dict(facecolor="C1"), "scoring": dict(facecolor="C2"),
+           "sync": dict(facecolor="C4")}
 # The parts of :func:`time_per_update` in drawing order, each the median of a log field.
 TRAINER_PARTS = {"update": "update_seconds", "reference": "reference_seconds", "wait": "wait_seconds"}
 SEARCHER_PARTS = {"generation": "gen_seconds", "scoring": "score_seconds", "sync": "sync_seconds"}
@@ -28,22 +31,28 @@ SEARCHER_PARTS = {"generation": "gen_seconds", "scoring": "score_seconds", "sync
 def _read_run(run_dir) -> tuple[dict, dict, list[dict], list[dict]]:
     """A run's ``config.yaml`` and ``summary.json`` ({} when not written yet), its
     ``searchers.jsonl`` and ``metrics.jsonl`` rows. FileNotFoundError without ``metrics.jsonl``."""
-    import yaml
-
     run_dir = Path(run_dir)
     if not (run_dir / "metrics.jsonl").exists():
         raise FileNotFoundError(f"{run_dir} has no metrics.jsonl: pass the output_dir of a "
                                 "tba_lab.trainer.train run")
-    cfg, summary = run_dir / "config.yaml", run_dir / "summary.json"
-    return ((yaml.safe_load(cfg.read_text()) or {}) if cfg.exists() else {},
-            json.loads(summary.read_text()) if summary.exists() else {},
+    cfg = run_dir / "config.yaml"
+    return (read_yaml_data(cfg) if cfg.exists() else {},
+            _read_json(run_dir / "summary.json") or {},
             read_jsonl_rows(run_dir / "searchers.jsonl"), read_jsonl_rows(run_dir / "metrics.jsonl"))
 
 
+def _by_searcher(batches: list[dict]) -> dict[int, list[dict]]:
+    """``searchers.jsonl`` rows by ``searcher_id`` (0 when not logged), ids in order."""
+    by: dict[int, list[dict]] = {}
+    for b in batches:
+        by.setdefault(int(b.get("searcher_id", 0)), []).append(b)
+    return dict(sorted(by.items()))
+
+
 def _median(values) -> float | None:
-    """Median of the values that are not None; None when there are none."""
+    """Median of the values that are not None, to 4 decimals; None when there are none."""
     vals = [float(v) for v in values if v is not None]
-    return float(statistics.median(vals)) if vals else None
+    return round(statistics.median(vals), 4) if vals else None
 
 
 def load_timeline(run_dir) -> dict:
@@ -55,24 +64,16 @@ def load_timeline(run_dir) -> dict:
     cfg, summary, batches, updates = _read_run(run_dir)
     a = cfg.get("async") or {}
     k = int(a.get("sync_period", 1))
-    searchers: dict[int, dict] = {}
-    for r in batches:
-        s = searchers.setdefault(int(r["searcher_id"]), {"gen": [], "score": []})
-        mid = r["t_start"] + r["gen_seconds"]
-        s["gen"].append((r["t_start"], mid))
-        s["score"].append((mid, r["t_end"]))
-    trainer = {"update": [], "wait": [], "behaviour_kl": []}
-    publish = []
-    for m in updates:
-        end = m["wall_seconds"]
-        start = end - trainer_seconds(m)
-        trainer["update"].append((start, end))
-        trainer["wait"].append((start - m.get("wait_seconds", 0.0), start))
-        trainer["behaviour_kl"].append(m.get("behaviour_kl"))
-        if int(m["step"]) % k == 0:
-            publish.append(end)
-    wall = summary.get("wall_seconds") or (trainer["update"][-1][1] if trainer["update"] else 0.0)
-    return {"searchers": dict(sorted(searchers.items())), "trainer": trainer, "publish": publish,
+    searchers = {i: {"gen": [(r["t_start"], r["t_start"] + r["gen_seconds"]) for r in rows],
+                     "score": [(r["t_start"] + r["gen_seconds"], r["t_end"]) for r in rows]}
+                 for i, rows in _by_searcher(batches).items()}
+    update = [(m["wall_seconds"] - trainer_seconds(m), m["wall_seconds"]) for m in updates]
+    trainer = {"update": update,
+               "wait": [(s - m.get("wait_seconds", 0.0), s) for (s, _), m in zip(update, updates)],
+               "behaviour_kl": [m.get("behaviour_kl") for m in updates]}
+    publish = [m["wall_seconds"] for m in updates if int(m["step"]) % k == 0]
+    wall = summary.get("wall_seconds") or (update[-1][1] if update else 0.0)
+    return {"searchers": searchers, "trainer": trainer, "publish": publish,
             "mode": a.get("mode", "async"), "sync_period": k, "wall_seconds": float(wall)}
 
 
@@ -122,7 +123,8 @@ def run_measurements(run_dir) -> dict:
     ``score_seconds`` per batch, ``update_seconds`` per update (:func:`trainer_seconds`);
     ``batch_prompts``, ``group_size``, ``searcher_threads`` and ``trainer_threads`` (as
     placed, else as configured); ``summary.json``'s ``updates_per_minute``, ``staleness_mean``,
-    ``staleness_max``, ``trainer_steps``, ``wall_seconds``. FileNotFoundError: not a run.
+    ``staleness_max``, ``trainer_steps``, ``wall_seconds``, and ``samples_per_minute`` (None
+    without ``samples_generated``). FileNotFoundError: not a run.
     """
     return _measurements(*_read_run(run_dir))
 
@@ -133,19 +135,17 @@ def _measurements(cfg: dict, summary: dict, batches: list[dict], updates: list[d
     mode = a.get("mode", "async")
     placed = summary.get("placement") or {}  # the resolved threads; absent: 1 per async process
     auto = 1 if mode == "async" else available_cores()  # the "0 = auto" rule in sync mode
-
-    def med(values):
-        m = _median(values)
-        return None if m is None else round(m, 4)
-
+    wall = summary.get("wall_seconds")
     return {"mode": mode, "sync_period": int(a.get("sync_period", 1)),
             "num_searchers": int(a.get("num_searchers", 1)),
-            "gen_seconds": med(b.get("gen_seconds") for b in batches),
-            "score_seconds": med(b.get("score_seconds") for b in batches),
-            "update_seconds": med(map(trainer_seconds, updates)),
+            "gen_seconds": _median(b.get("gen_seconds") for b in batches),
+            "score_seconds": _median(b.get("score_seconds") for b in batches),
+            "update_seconds": _median(map(trainer_seconds, updates)),
             "batch_prompts": tr.get("num_prompts_per_step"), "group_size": tr.get("num_generations"),
             "searcher_threads": int(placed.get("searcher_threads") or a.get("searcher_threads") or auto),
             "trainer_threads": int(placed.get("trainer_threads") or a.get("trainer_threads") or auto),
+            "samples_per_minute": (60.0 * summary["samples_generated"] / wall
+                                   if wall and "samples_generated" in summary else None),
             **{key: summary.get(key) for key in ("updates_per_minute", "staleness_mean",
                                                  "staleness_max", "trainer_steps", "wall_seconds")}}
 
@@ -165,17 +165,12 @@ def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legen
 
     def bars(intervals, y, part):
         spans = [(s, e - s) for s, e in intervals if e > t0 and s < t1 and e > s]
-        style = _STYLES[part]
-        if spans:
-            ax.broken_barh(spans, (y - 0.35, 0.7), facecolors=style.get("color", style.get("facecolor")),
-                           edgecolor=style.get("edgecolor", "white"), hatch=style.get("hatch"),
-                           linewidth=0.3)
+        style = {"edgecolor": "white", "linewidth": 0.3, **_STYLES[part]}
+        ax.broken_barh(spans, (y - 0.35, 0.7), **style)
 
     bars(tl["trainer"]["wait"], 0, "wait")
     bars(tl["trainer"]["update"], 0, "update")
-    pubs = [t for t in tl["publish"] if t0 <= t <= t1]
-    if pubs:
-        ax.vlines(pubs, -0.45, 0.45, colors="k", linewidth=0.8)
+    ax.vlines([t for t in tl["publish"] if t0 <= t <= t1], -0.45, 0.45, colors="k", linewidth=0.8)
     labels = ["trainer"]
     for i, (sid, s) in enumerate(tl["searchers"].items(), start=1):
         bars(s["gen"], i, "generation")
@@ -197,22 +192,22 @@ def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legen
     return ax
 
 
-def plot_behaviour_kl(run_dir, ax=None, window=None, label: str | None = None, color=None):
+def plot_behaviour_kl(run_dir, ax=None, label: str | None = None, color=None):
     """Draw each update's ``behaviour_kl`` (KL(mu || pi_theta) in nats per response) at its end,
-    on :func:`plot_timeline`'s axis (``ax``, ``window`` as there; several runs can share an
-    Axes; ``label``, ``color``: the line's). Returns the Axes; rows without it draw nothing."""
+    on :func:`plot_timeline`'s axis (``ax``: several runs can share one; ``label``, ``color``:
+    the line's). Returns the Axes; rows without it draw nothing."""
     import matplotlib.pyplot as plt
 
     tl = load_timeline(run_dir)
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 2.4))
-    t0, t1 = window or (0.0, tl["wall_seconds"])
     pts = [(end, kl) for (_, end), kl in zip(tl["trainer"]["update"], tl["trainer"]["behaviour_kl"])
-           if kl is not None and t0 <= end <= t1]
+           if kl is not None]
     if pts:
         ax.plot(*zip(*pts), ".-", ms=3, lw=0.8, label=label, color=color)
     ax.axhline(0.0, color="0.5", lw=0.6)  # on-policy
-    ax.set(xlim=(t0, t1), xlabel="seconds since training began", ylabel="behaviour KL (nats / response)",
+    ax.set(xlim=(0.0, tl["wall_seconds"]), xlabel="seconds since training began",
+           ylabel="behaviour KL (nats / response)",
            title="off-policyness of each update's batch: KL(mu || pi_theta)")
     ax.grid(alpha=0.3)
     return ax
@@ -220,34 +215,29 @@ def plot_behaviour_kl(run_dir, ax=None, window=None, label: str | None = None, c
 
 def time_per_update(run_dir) -> dict:
     """Where the trainer's time per update and the searchers' per batch go in one run: the
-    **median** seconds of each field of :data:`TRAINER_PARTS` (``trainer``) and
+    **median** seconds (4 decimals) of each field of :data:`TRAINER_PARTS` (``trainer``) and
     :data:`SEARCHER_PARTS` (``searcher``, and ``per_searcher`` with ``batches``), None where not
     logged; with ``mode``, ``num_searchers``, ``reference_pass``, the summary's rates (None
     without one) and the rows read (``updates``, ``batches``). FileNotFoundError: not a run.
     """
-    cfg, summary, batches, updates = _read_run(run_dir)
-    a = cfg.get("async") or {}
+    cfg, summary, batches, updates = run = _read_run(run_dir)
+    a, m = cfg.get("async") or {}, _measurements(*run)
 
     def searcher_parts(rows):
         return {part: _median(r.get(key) for r in rows) for part, key in SEARCHER_PARTS.items()}
 
-    by_id: dict[int, list[dict]] = {}
-    for b in batches:
-        by_id.setdefault(int(b.get("searcher_id", 0)), []).append(b)
+    by_id = _by_searcher(batches)
     return {
-        "mode": a.get("mode", "async"), "num_searchers": int(a.get("num_searchers", len(by_id) or 1)),
+        "mode": m["mode"], "num_searchers": int(a.get("num_searchers", len(by_id) or 1)),
         "reference_pass": ((summary.get("placement") or {}).get("reference_pass")
                            or a.get("reference_pass")),
-        "updates_per_minute": summary.get("updates_per_minute"),
-        "samples_per_minute": (60.0 * summary["samples_generated"] / summary["wall_seconds"]
-                               if summary.get("wall_seconds") and "samples_generated" in summary
-                               else None),
+        **{key: m[key] for key in ("updates_per_minute", "samples_per_minute")},
         "updates": len(updates), "batches": len(batches),
         "trainer": {part: _median(r.get(key, 0.0 if part == "reference" else None) for r in updates)
                     for part, key in TRAINER_PARTS.items()},
         "searcher": searcher_parts(batches),
         "per_searcher": {sid: {**searcher_parts(rows), "batches": len(rows)}
-                         for sid, rows in sorted(by_id.items())},
+                         for sid, rows in by_id.items()},
     }
 
 
@@ -259,7 +249,6 @@ def plot_time_per_update(legs: dict, axes=None, title: str | None = None):
     ``title`` starts both titles; ``updates_per_minute`` is written above the trainer bars.
     """
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(10, 3.2))
@@ -268,14 +257,12 @@ def plot_time_per_update(legs: dict, axes=None, title: str | None = None):
     for ax, side, parts, unit in ((axes[0], "trainer", TRAINER_PARTS, "per update"),
                                   (axes[1], "searcher", SEARCHER_PARTS, "per batch")):
         bottom = np.zeros(len(labels))
-        handles = []
         for part in parts:
             vals = np.array([legs[k][side].get(part) for k in labels], dtype=float)  # None: nan
-            ax.bar(x, np.nan_to_num(vals), 0.6, bottom=bottom, **_STYLES[part])
+            name = ("weight sync" if part == "sync" else part) + (
+                " (not recorded)" if np.isnan(vals).all() else "")
+            ax.bar(x, np.nan_to_num(vals), 0.6, bottom=bottom, label=name, **_STYLES[part])
             bottom += np.nan_to_num(vals)
-            missing = " (not recorded)" if np.isnan(vals).all() else ""
-            name = "weight sync" if part == "sync" else part
-            handles.append(Patch(label=name + missing, **_STYLES[part]))
         if side == "trainer":
             for xi, k, top in zip(x, labels, bottom):
                 upm = legs[k].get("updates_per_minute")
@@ -287,20 +274,17 @@ def plot_time_per_update(legs: dict, axes=None, title: str | None = None):
         ax.set_ylabel(f"seconds {unit} (medians)", fontsize=8)
         ax.set_title(f"{title + ': ' if title else ''}{side}, {unit}", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(handles=handles, fontsize=7, loc="upper left", ncol=3, frameon=False)
+        ax.legend(fontsize=7, loc="upper left", ncol=3, frameon=False)
     return axes
 
 
 def format_time_per_update(legs: dict) -> str:
     """``legs`` (as in :func:`plot_time_per_update`) as a text table, a row per leg, then a line
     per searcher of a leg with several in ``per_searcher``; None prints as ``-``."""
-    def sec(v):
+    def sec(v):  # to 1 ms; below 10 ms to 0.1 ms, without trailing zeros
         if v is None:
             return "-"
-        if abs(v) >= 0.01 or v == 0:
-            return f"{v:.3f}"
-        text = f"{v:.4f}".rstrip("0")  # below 10 ms: to 0.1 ms, no trailing zeros
-        return text + "0" if text.endswith(".") else text
+        return f"{v:.3f}" if abs(v) >= 0.01 or v == 0 else f"{v:.4f}".rstrip("0").rstrip(".")
 
     head = ["leg", "searchers", "reference pass", "update", "reference", "wait",
             "generation", "scoring", "weight sync", "updates/min", "samples/min"]
@@ -317,13 +301,11 @@ def format_time_per_update(legs: dict) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.insert(0, "trainer: median seconds per update (update, reference, wait); searchers: "
                     "median seconds per batch (generation, scoring, weight sync)")
-    for label, t in legs.items():
-        per = t.get("per_searcher") or {}
-        if len(per) > 1:
-            for sid, p in per.items():
-                lines.append(f"  {label}, searcher {sid}: generation {sec(p['generation'])}, "
-                             f"scoring {sec(p['scoring'])}, weight sync {sec(p['sync'])} s per batch "
-                             f"({p['batches']} batches)")
+    lines += [f"  {label}, searcher {sid}: generation {sec(p['generation'])}, scoring "
+              f"{sec(p['scoring'])}, weight sync {sec(p['sync'])} s per batch "
+              f"({p['batches']} batches)"
+              for label, t in legs.items() if len(t.get("per_searcher") or {}) > 1
+              for sid, p in t["per_searcher"].items()]
     return "\n".join(lines)
 
 

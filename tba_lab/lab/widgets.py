@@ -6,16 +6,20 @@ the final figure. The runs on disk are the explorer's memory (:mod:`tba_lab.lab.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import io
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 
 from tba_lab.config import merge as merge_overrides  # noqa: F401  (notebook 06)
 from tba_lab.config import short_run
+from tba_lab.lab import live
+from tba_lab.lab.reproduce import require
 from tba_lab.lab.runs import (STOPPED_FILE, _mark_stopped, _read_json, compare_runs,
                               comparison_html, export_config, list_runs, next_run_dir,
                               runs_table_html)
@@ -70,32 +74,28 @@ class _InterruptStops:
     """
 
     def __init__(self):
-        self._stops: dict[int, object] = {}
+        self._stops: set = set()
         self._lock = threading.Lock()
-        self._next = 0
         self.previous = None   # the idle SIGINT handler replaced by install()
         self._events_of = None  # the IPython shell whose post_run_cell event we hook
 
-    def add(self, stop) -> int:
-        """Register ``stop()``; returns a token for :meth:`remove`."""
+    def add(self, stop):
+        """Register ``stop()``; returns it, for :meth:`remove`."""
         with self._lock:
-            self._next += 1
-            self._stops[self._next] = stop
-            return self._next
+            self._stops.add(stop)
+        return stop
 
-    def remove(self, token: int) -> None:
+    def remove(self, stop) -> None:
         with self._lock:
-            self._stops.pop(token, None)
+            self._stops.discard(stop)
 
     def stop_all(self) -> bool:
         """Call every registered ``stop()``; True if there was one."""
         with self._lock:
-            stops = list(self._stops.values())
+            stops = list(self._stops)
         for stop in stops:
-            try:
+            with contextlib.suppress(Exception):  # a stop must not break the others
                 stop()
-            except Exception:  # pragma: no cover - a stop must not break the others
-                pass
         return bool(stops)
 
     def handle_sigint(self, signum, frame) -> None:
@@ -114,14 +114,9 @@ class _InterruptStops:
     def install(self) -> bool:
         """Hook into this process's IPython kernel (main thread only, idempotent); True when the
         idle-kernel route is in place."""
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        try:
-            from IPython import get_ipython
-        except ImportError:  # pragma: no cover
-            return False
-        ip = get_ipython()
-        if ip is None:
+        ipython = sys.modules.get("IPython")  # imported in a kernel (as reporting.interactive)
+        ip = ipython.get_ipython() if ipython is not None else None
+        if ip is None or threading.current_thread() is not threading.main_thread():
             return False
         if self._events_of is not ip:
             ip.events.register("post_run_cell", self.post_run_cell)
@@ -157,8 +152,7 @@ def draw_runs(run_dirs, labels=None, fig=None, window: int = 10):
     labels = labels or [d.name for d in run_dirs]
     fig = fig or Figure(figsize=(11, 6.5))
     fig.clear()
-    axes = fig.subplots(2, 2)
-    (ax_r, ax_l), (ax_s, ax_a) = axes
+    (ax_r, ax_l), (ax_s, ax_a) = fig.subplots(2, 2)
     for i, (d, lab) in enumerate(zip(run_dirs, labels)):
         run, c = read_run(d), f"C{i}"
         m = run["metrics"]
@@ -204,8 +198,6 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
     RuntimeError (chained) when the run failed.
     """
     import torch
-
-    from tba_lab.lab import live
 
     out = Path(output_dir)
     cfg = make_config(config_overrides, seconds, out)  # validates before anything starts
@@ -281,8 +273,7 @@ def _knobs(W, seconds: int) -> dict:
 
 
 def _controls(W) -> dict:
-    """``run``, ``stop``, ``clear``, ``status``, ``plot``, ``runs`` (the table), ``overlay``,
-    ``run-a``, ``run-b``, ``compare``, ``diff``, ``export``, each of CSS class
+    """The explorer's buttons, pickers and outputs by name, each of CSS class
     ``tba-explorer-<name>``."""
     picker = W.Layout(width="220px")
     c = {"run": W.Button(description="Run", button_style="primary", icon="play"),
@@ -379,14 +370,11 @@ class _Explorer:
             _INTERRUPTS.remove(token)
             self.busy = False
             self.c["run"].disabled = False
-            try:  # the new run joins the overlay; run A = the previous run B, run B = the new run
+            # the new run joins the overlay; run A = the previous run B, run B = the new run
+            with contextlib.suppress(Exception):  # the table must not break the explorer
                 self.refresh(select=(*shown, out.name), a=self.c["run-b"].value, b=out.name)
-            except Exception:  # pragma: no cover - the table must not break the explorer
-                pass
 
     def run(self, _=None) -> None:
-        from tba_lab.config import ConfigError
-
         if self.busy:
             return
         _INTERRUPTS.install()
@@ -398,7 +386,7 @@ class _Explorer:
             run_overrides = merge_overrides(knob_overrides(**values), self.extra)
             out = next_run_dir(self.root)
             make_config(run_overrides, budget, out)  # validate now: errors at once
-        except (ValueError, ConfigError) as e:
+        except ValueError as e:  # ConfigError too
             self.c["status"].value = _red(f"bad setting: {e}")
             return
         label = f"{out.name} {values['algo']} beta={values['beta']:.3g}"
@@ -463,14 +451,9 @@ def explorer(output_root: str | Path = "runs/explorer", seconds: int = 60,
     settings they differ in; "Export A" writes run A's settings to ``run_A/export.yaml``.
     ``seconds``: the budget slider's start; ``overrides``: merged over every run's knobs.
     """
-    try:
-        import ipywidgets as W
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError('the explorer needs ipywidgets: pip install -e ".[course]"') from e
-
+    W = require("ipywidgets", "the explorer")
     knobs, c = _knobs(W, seconds), _controls(W)
     ex = _Explorer(c, knobs, Path(output_root), dict(overrides or {}))
-    _INTERRUPTS.install()
     for name in ("run", "stop", "clear", "compare", "export"):
         c[name].on_click(getattr(ex, name))
     c["overlay"].observe(ex.redraw, names="value")

@@ -4,7 +4,8 @@
 on several inputs against the package's reference, prints PASS or FAIL with the first mismatch
 and returns True or False; under nbgrader (``NBGRADER_EXECUTION`` set) a FAIL raises
 ``AssertionError``. The worked solutions live in the notebooks between ``### BEGIN SOLUTION``
-and ``### END SOLUTION``; ``nbXX.py`` holds notebook XX's exercises (no solutions) and helpers.
+and ``### END SOLUTION``; ``nbXX.py`` holds notebook XX's helpers and exercises, each a stub
+registered by :func:`exercise` (no solutions).
 """
 from __future__ import annotations
 
@@ -37,15 +38,20 @@ class Exercise:
     compare: Callable[[Any, Any], str | None] | None = None
 
 
-@dataclass
-class Reference:
-    """What a reference returns when its compare needs more than one value: the case's
-    ``args`` and the reference's ``result`` (e.g. a model stepped by the reference)."""
-    args: tuple
-    result: Any = None
+EXERCISES: dict[str, Exercise] = {}  # name -> exercise, filled by @exercise as nbXX import
 
 
-_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10")
+def exercise(name: str, description: str, reference: Callable, cases: Callable,
+             **options) -> Callable:
+    """Register the decorated stub as :class:`Exercise` ``name`` (``options``: rtol, atol or
+    compare) and return it unchanged. ValueError: a name registered by two modules (a module
+    reloaded, e.g. by IPython's autoreload, registers its exercises again)."""
+    def register(stub: Callable) -> Callable:
+        if name in EXERCISES and EXERCISES[name].stub.__module__ != stub.__module__:
+            raise ValueError(f"duplicate exercise name {name!r}")
+        EXERCISES[name] = Exercise(name, description, stub, reference, cases, **options)
+        return stub
+    return register
 
 
 def from_minimal(name: str) -> Callable:
@@ -54,16 +60,6 @@ def from_minimal(name: str) -> Callable:
     def reference(*args, **kwargs):
         return getattr(importlib.import_module("tba_lab.minimal"), name)(*args, **kwargs)
     return reference
-
-
-def _load() -> dict[str, Exercise]:
-    found: dict[str, Exercise] = {}
-    for mod in _MODULES:
-        for ex in importlib.import_module(f"tba_lab.lab.course.{mod}").EXERCISES:
-            if ex.name in found:
-                raise ValueError(f"duplicate exercise name {ex.name!r}")
-            found[ex.name] = ex
-    return found
 
 
 def _as_array(x) -> np.ndarray:
@@ -181,46 +177,43 @@ def check(name: str, fn: Callable, verbose: bool = True) -> bool:
     result. KeyError: unknown name; AssertionError: a FAIL while nbgrader grades."""
     if name not in EXERCISES:
         raise KeyError(f"unknown exercise {name!r}; known: {sorted(EXERCISES)}")
-    passed = _check(EXERCISES[name], fn, print if verbose else (lambda *a, **k: None))
-    if not passed and os.environ.get(GRADING_ENV):
-        raise AssertionError(f"FAIL {name}: {EXERCISES[name].description}")
-    return passed
+    ex = EXERCISES[name]
+    message = _failure(ex, fn)
+    if verbose:
+        print(f"PASS {name}: {ex.description}" if message is None else f"FAIL {name}: {message}")
+    if message is not None and os.environ.get(GRADING_ENV):
+        raise AssertionError(f"FAIL {name}: {ex.description}")
+    return message is None
 
 
-def _check(ex: Exercise, fn: Callable, say: Callable) -> bool:
-    name = ex.name
+def _failure(ex: Exercise, fn: Callable) -> str | None:
+    """Why ``fn`` fails exercise ``ex`` (after "FAIL <name>: "), or None when it passes."""
     if fn is ex.reference:  # the notebooks import it for their later cells
-        say(f"FAIL {name}: that is the package's own {getattr(fn, '__name__', 'function')}: "
-            f"write your own ({ex.description})")
-        return False
+        return (f"that is the package's own {getattr(fn, '__name__', 'function')}: "
+                f"write your own ({ex.description})")
     cases = ex.cases()
     problem = _signature_problem(fn, ex.stub, cases)
     if problem:
         shown = getattr(fn, "__name__", "fn")
-        say(f"FAIL {name}: wrong signature: {problem}\n"
-            f"  expected signature: {shown}{inspect.signature(ex.stub)}\n"
-            f"  got:                {shown}{inspect.signature(fn)}\n"
-            f"  (keep the stub's parameter names and defaults; only its body is yours)")
-        return False
+        return (f"wrong signature: {problem}\n"
+                f"  expected signature: {shown}{inspect.signature(ex.stub)}\n"
+                f"  got:                {shown}{inspect.signature(fn)}\n"
+                f"  (keep the stub's parameter names and defaults; only its body is yours)")
     for i, (args, kwargs) in enumerate(cases):
         want = ex.reference(*args, **kwargs)
         try:
             got = fn(*args, **kwargs)
         except NotImplementedError:
-            say(f"FAIL {name}: not implemented yet ({ex.description})")
-            return False
+            return f"not implemented yet ({ex.description})"
         except Exception as e:  # the student's error, shown, not raised
-            say(f"FAIL {name}: case {i} raised {type(e).__name__}: {e}")
-            return False
+            return f"case {i} raised {type(e).__name__}: {e}"
         msg = (ex.compare(got, want) if ex.compare else
                _default_compare(got, want, ex.rtol, ex.atol))
         if msg:
-            say(f"FAIL {name}: case {i}: {msg}\n  inputs: {_describe(args, kwargs)}\n"
-                f"  (to get them: from tba_lab.lab.course import EXERCISES; "
-                f"args, kwargs = EXERCISES[{name!r}].cases()[{i}])")
-            return False
-    say(f"PASS {name}: {ex.description}")
-    return True
+            return (f"case {i}: {msg}\n  inputs: {_describe(args, kwargs)}\n"
+                    f"  (to get them: from tba_lab.lab.course import EXERCISES; "
+                    f"args, kwargs = EXERCISES[{ex.name!r}].cases()[{i}])")
+    return None
 
 
 def output_folder(path) -> Path:
@@ -245,7 +238,8 @@ def save_metrics(output_dir, metrics: dict) -> None:
         json.dumps(metrics, indent=2, default=float) + "\n")
 
 
-EXERCISES: dict[str, Exercise] = _load()
+for _module in ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10"):
+    importlib.import_module(f"tba_lab.lab.course.{_module}")  # each registers its exercises
 
-__all__ = ["Exercise", "EXERCISES", "Reference", "check", "compare_gradient", "compare_value",
-           "from_minimal", "output_folder", "save_metrics", "show_figure"]
+__all__ = ["Exercise", "EXERCISES", "check", "compare_gradient", "compare_value",
+           "exercise", "from_minimal", "output_folder", "save_metrics", "show_figure"]

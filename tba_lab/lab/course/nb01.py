@@ -7,21 +7,11 @@ import functools
 
 import torch
 
-from tba_lab.lab.course import Exercise, compare_gradient, from_minimal
+from tba_lab.lab.course import compare_gradient, exercise, from_minimal
 from tba_lab.losses import group_advantages, grpo_loss, token_logprobs
 
 
 # ---------------------------------------------------------------- 01.token_logprobs
-
-def token_logprobs_stub(logits, target_ids, temperature=1.0):
-    """Log-prob of each target token under softmax(logits / temperature).
-
-    logits (N, T, V) float, target_ids (N, T) long -> (N, T) float32.
-    """
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def _token_logprobs_cases():
     g = torch.Generator().manual_seed(101)
     cases = []
@@ -36,23 +26,19 @@ def _token_logprobs_cases():
     return cases
 
 
-TOKEN_LOGPROBS = Exercise(
-    name="01.token_logprobs",
-    description="temperature-scaled token log-probs, log softmax(logits / temperature)[target]",
-    stub=token_logprobs_stub, reference=token_logprobs,
-    cases=_token_logprobs_cases, rtol=1e-5, atol=1e-5)
+@exercise("01.token_logprobs",
+          "temperature-scaled token log-probs, log softmax(logits / temperature)[target]",
+          token_logprobs, _token_logprobs_cases, atol=1e-5)
+def token_logprobs_stub(logits, target_ids, temperature=1.0):
+    """Log-prob of each target token under softmax(logits / temperature).
 
-
-# ---------------------------------------------------------------- 01.sequence_logprobs
-
-def sequence_logprobs_stub(model, prompts, responses, pad_id, temperature):
-    """(N,) float32 with gradients: log pi(y|x) of each of the N = B*K ``responses``
-    (prompt-major token-id lists) after its prompt, the sum over the response's own tokens of
-    log softmax(logits / temperature), from a Hugging Face causal LM."""
+    logits (N, T, V) float, target_ids (N, T) long -> (N, T) float32.
+    """
     # YOUR CODE HERE
     raise NotImplementedError
 
 
+# ---------------------------------------------------------------- 01.sequence_logprobs
 @functools.cache
 def embedded_policy():
     """The embedded tiny model (in eval mode) and its tokenizer, loaded once per process
@@ -86,31 +72,20 @@ def _sequence_logprobs_cases():
             ((model, prompts, responses(6, 1), tok.pad_token_id, 2.0), {})]
 
 
-SEQUENCE_LOGPROBS = Exercise(
-    name="01.sequence_logprobs",
-    description="masked sequence log-probs of responses from a Hugging Face model, with gradient",
-    stub=sequence_logprobs_stub,
-    reference=from_minimal("sequence_logprobs"), cases=_sequence_logprobs_cases,
-    compare=compare_gradient(True, "the result carries no gradient: the trainer backpropagates "
-                             "through it (no torch.no_grad(), no .detach(), no .item())",
-                             rtol=1e-4, atol=2e-3))
-
-
-# ---------------------------------------------------------------- 01.group_advantages
-
-def group_advantages_stub(rewards, group_size, eps=1e-4):
-    """GRPO advantages: (r - group mean) / (group std + eps), all-equal groups exactly 0.
-
-    rewards (N,) with N = B * K prompt-major -> (N,) float.
-    """
+@exercise("01.sequence_logprobs",
+          "masked sequence log-probs of responses from a Hugging Face model, with gradient",
+          from_minimal("sequence_logprobs"), _sequence_logprobs_cases, compare=compare_gradient(
+              True, "the result carries no gradient: the trainer backpropagates through it (no "
+              "torch.no_grad(), no .detach(), no .item())", rtol=1e-4, atol=2e-3))
+def sequence_logprobs_stub(model, prompts, responses, pad_id, temperature):
+    """(N,) float32 with gradients: log pi(y|x) of each of the N = B*K ``responses``
+    (prompt-major token-id lists) after its prompt, the sum over the response's own tokens of
+    log softmax(logits / temperature), from a Hugging Face causal LM."""
     # YOUR CODE HERE
     raise NotImplementedError
 
 
-def _group_advantages_reference(rewards, group_size, eps=1e-4):
-    return group_advantages(rewards, group_size, scale_rewards="group", eps=eps)
-
-
+# ---------------------------------------------------------------- 01.group_advantages
 def _group_advantages_cases():
     g = torch.Generator().manual_seed(102)
     binary = (torch.rand(3 * 4, generator=g) < 0.4).float()               # B=3, K=4, exact match
@@ -123,23 +98,20 @@ def _group_advantages_cases():
             ((zeros_ones, 4), {}), ((cont, 4), {"eps": 1e-2})]
 
 
-GROUP_ADVANTAGES = Exercise(
-    name="01.group_advantages",
-    description="group-relative advantages (r - mean) / (std + eps), all-equal group = 0",
-    stub=group_advantages_stub,
-    reference=_group_advantages_reference, cases=_group_advantages_cases)
+# the reference: group_advantages with its defaults, scale_rewards="group" and eps=1e-4
+@exercise("01.group_advantages",
+          "group-relative advantages (r - mean) / (std + eps), all-equal group = 0",
+          group_advantages, _group_advantages_cases)
+def group_advantages_stub(rewards, group_size, eps=1e-4):
+    """GRPO advantages: (r - group mean) / (group std + eps), all-equal groups exactly 0.
 
-
-# ---------------------------------------------------------------- 01.clipped_surrogate
-
-def clipped_surrogate_stub(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
-    """GRPO's clipped policy loss (no KL term), a 0-dim tensor: per token
-    -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A), mean over each sequence's response tokens,
-    then over the N sequences; logps, behaviour_logps, mask (N, T), advantages (N,)."""
+    rewards (N,) with N = B * K prompt-major -> (N,) float.
+    """
     # YOUR CODE HERE
     raise NotImplementedError
 
 
+# ---------------------------------------------------------------- 01.clipped_surrogate
 def _clipped_surrogate_reference(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
     loss, _ = grpo_loss(logps, behaviour_logps, None, advantages, mask, clip_eps=clip_eps, beta=0.0,
                         loss_type="grpo")
@@ -163,11 +135,12 @@ def _clipped_surrogate_cases():
     return cases
 
 
-CLIPPED_SURROGATE = Exercise(
-    name="01.clipped_surrogate",
-    description="GRPO's PPO-clipped surrogate loss, sequence-mean then batch-mean",
-    stub=clipped_surrogate_stub,
-    reference=_clipped_surrogate_reference, cases=_clipped_surrogate_cases)
-
-
-EXERCISES = [TOKEN_LOGPROBS, SEQUENCE_LOGPROBS, GROUP_ADVANTAGES, CLIPPED_SURROGATE]
+@exercise("01.clipped_surrogate",
+          "GRPO's PPO-clipped surrogate loss, sequence-mean then batch-mean",
+          _clipped_surrogate_reference, _clipped_surrogate_cases)
+def clipped_surrogate_stub(logps, behaviour_logps, advantages, mask, clip_eps=0.2):
+    """GRPO's clipped policy loss (no KL term), a 0-dim tensor: per token
+    -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A), mean over each sequence's response tokens,
+    then over the N sequences; logps, behaviour_logps, mask (N, T), advantages (N,)."""
+    # YOUR CODE HERE
+    raise NotImplementedError

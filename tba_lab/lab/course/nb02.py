@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tba_lab.lab.course import Exercise, compare_gradient, from_minimal
+from tba_lab.lab.course import compare_gradient, exercise, from_minimal
 from tba_lab.lab.course.toy import sequence_behaviour_kl, target_distribution
 from tba_lab.lab.simulate import format_table
 from tba_lab.losses import vargrad_log_z
@@ -19,13 +19,6 @@ def settled_from(tv, tol: float = 0.005) -> int | None:
 
 
 # ---------------------------------------------------------------- 02.target_distribution
-def target_distribution_stub(ref_logprobs, rewards, beta):
-    """(..., M) probabilities pi* proportional to pi_ref * exp(r / beta) (Eq. 2) over the M
-    candidates; ref_logprobs (log pi_ref) and rewards (..., M)."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def _target_cases():
     g = torch.Generator().manual_seed(201)
     cases = []
@@ -40,21 +33,17 @@ def _target_cases():
     return cases
 
 
-TARGET_DISTRIBUTION = Exercise(
-    name="02.target_distribution",
-    description="pi* = pi_ref * exp(r / beta) / Z (Eq. 2), stable for small beta",
-    stub=target_distribution_stub,
-    reference=target_distribution, cases=_target_cases, rtol=1e-5, atol=1e-6)
-
-
-# ---------------------------------------------------------------- 02.vargrad_log_z
-def vargrad_log_z_stub(logps, ref_logps, rewards, beta, group_size):
-    """(B,) detached VarGrad log Z (Eq. 4): per prompt, the mean over its K responses of
-    r/beta - log pi + log pi_ref; inputs (N,), N = B * K prompt-major."""
+@exercise("02.target_distribution",
+          "pi* = pi_ref * exp(r / beta) / Z (Eq. 2), stable for small beta",
+          target_distribution, _target_cases)
+def target_distribution_stub(ref_logprobs, rewards, beta):
+    """(..., M) probabilities pi* proportional to pi_ref * exp(r / beta) (Eq. 2) over the M
+    candidates; ref_logprobs (log pi_ref) and rewards (..., M)."""
     # YOUR CODE HERE
     raise NotImplementedError
 
 
+# ------------------------------------------------------- 02.vargrad_log_z and 02.tb_loss
 def _tb_cases():
     g = torch.Generator().manual_seed(202)
     cases = []
@@ -67,16 +56,18 @@ def _tb_cases():
     return cases
 
 
-VARGRAD_LOG_Z = Exercise(
-    name="02.vargrad_log_z",
-    description="VarGrad log-partition per prompt (Eq. 4)",
-    stub=vargrad_log_z_stub, reference=vargrad_log_z,
-    cases=_tb_cases, compare=compare_gradient(
-        False, "the result carries a gradient: log Z_hat is detached (sg[.]): use .detach()",
-        rtol=1e-5, atol=1e-4))
+@exercise("02.vargrad_log_z", "VarGrad log-partition per prompt (Eq. 4)", vargrad_log_z, _tb_cases,
+          compare=compare_gradient(False, "the result carries a gradient: log Z_hat is detached "
+                                   "(sg[.]): use .detach()", rtol=1e-5, atol=1e-4))
+def vargrad_log_z_stub(logps, ref_logps, rewards, beta, group_size):
+    """(B,) detached VarGrad log Z (Eq. 4): per prompt, the mean over its K responses of
+    r/beta - log pi + log pi_ref; inputs (N,), N = B * K prompt-major."""
+    # YOUR CODE HERE
+    raise NotImplementedError
 
 
-# ---------------------------------------------------------------- 02.tb_loss
+@exercise("02.tb_loss", "trajectory balance loss with VarGrad log Z, batch mean (Eq. 3-5)",
+          from_minimal("trajectory_balance_loss"), _tb_cases, atol=1e-4)  # minimal.py's loss
 def tb_loss_stub(logps, ref_logps, rewards, beta, group_size):
     """0-dim tensor: the trajectory balance loss with the VarGrad log Z (Eq. 3-5), mean over
     the N = B * K prompt-major rows; logps (N,) with grad, ref_logps, rewards (N,)."""
@@ -84,21 +75,7 @@ def tb_loss_stub(logps, ref_logps, rewards, beta, group_size):
     raise NotImplementedError
 
 
-TB_LOSS = Exercise(
-    name="02.tb_loss",
-    description="trajectory balance loss with VarGrad log Z, batch mean (Eq. 3-5)",
-    stub=tb_loss_stub, reference=from_minimal("trajectory_balance_loss"),  # minimal.py's loss
-    cases=_tb_cases, rtol=1e-5, atol=1e-4)
-
-
 # ---------------------------------------------------------------- 02.behaviour_kl
-def behaviour_kl_stub(logps, behaviour_logps):
-    """A float: KL(mu || pi_theta) in nats, estimated on the N samples drawn from mu;
-    logps (N,) log pi_theta(y|x) (may carry a gradient), behaviour_logps (N,) log mu(y|x)."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def _behaviour_kl_cases():
     g = torch.Generator().manual_seed(204)
     cases = []
@@ -113,14 +90,13 @@ def _behaviour_kl_cases():
     return cases
 
 
-BEHAVIOUR_KL = Exercise(
-    name="02.behaviour_kl",
-    description="staleness in nats: KL(mu || pi_theta) estimated on samples from mu",
-    stub=behaviour_kl_stub, reference=sequence_behaviour_kl,
-    cases=_behaviour_kl_cases, rtol=1e-5, atol=1e-6)
-
-
-EXERCISES = [TARGET_DISTRIBUTION, VARGRAD_LOG_Z, TB_LOSS, BEHAVIOUR_KL]
+@exercise("02.behaviour_kl", "staleness in nats: KL(mu || pi_theta) estimated on samples from mu",
+          sequence_behaviour_kl, _behaviour_kl_cases)
+def behaviour_kl_stub(logps, behaviour_logps):
+    """A float: KL(mu || pi_theta) in nats, estimated on the N samples drawn from mu;
+    logps (N,) log pi_theta(y|x) (may carry a gradient), behaviour_logps (N,) log mu(y|x)."""
+    # YOUR CODE HERE
+    raise NotImplementedError
 
 
 # ---------------------------------------------------------------- section 5: draw and print

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 
 from tba_lab.buffer import ReplayBuffer, Rollout, reward_softmax
-from tba_lab.lab.course import Exercise
+from tba_lab.lab.course import exercise
 
 # (n,) float64 softmax(inv_temp * rewards): the buffer's reward mode, reference of 03.reward_weights
 reward_probabilities = reward_softmax
@@ -76,10 +76,7 @@ def draw_counts(buffer: ReplayBuffer, n_draws: int, num_prompts: int = 1, group_
                 key=lambda r: (r.prompt_id, tuple(r.response_ids))) -> Counter:
     """Counts of ``key(item)`` over every item of ``n_draws`` calls of
     ``buffer.sample(num_prompts, group_size)`` (default key: prompt and response)."""
-    c: Counter = Counter()
-    for _ in range(n_draws):
-        c.update(key(r) for r in buffer.sample(num_prompts, group_size))
-    return c
+    return Counter(key(r) for _ in range(n_draws) for r in buffer.sample(num_prompts, group_size))
 
 
 def bar_compare(ax, labels, measured, expected, n_draws: int | None = None) -> None:
@@ -108,38 +105,36 @@ def gap_in_standard_errors(measured, expected, n_draws: int) -> float:
 def simulate_pipeline(steps: int = 300, sync_period: int = 1, gen_ticks: int = 2,
                       prompts_per_batch: int = 8, group_size: int = 4, batch_prompts: int = 8,
                       recency_prob: float = 0.8, inv_temp: float = 0.0, max_prompts=None,
-                      capacity: int = 16, initial_fill: int = 64, prompt_pool=None,
-                      seed: int = 0, dedup: bool = False) -> dict:
+                      capacity: int = 16, initial_fill: int = 64, seed: int = 0) -> dict:
     """A fake asynchronous run on the real :class:`ReplayBuffer`, no model. Each tick, a
     searcher that started ``gen_ticks`` ago delivers ``prompts_per_batch`` x ``group_size``
-    rollouts of the version it pulled then (new prompts, or cycling through ``prompt_pool``
-    ids; 3-token responses of a 4-token vocabulary, rewards 0/1) and starts again; once the
-    buffer holds ``initial_fill``, the trainer samples ``batch_prompts`` x ``group_size`` and
-    counts an update, publishing and calling ``mark_sync()`` every ``sync_period``.
+    rollouts of the version it pulled then (new prompts; 3-token responses of a 4-token
+    vocabulary, rewards 0/1) and starts again; once the buffer holds ``initial_fill``, the
+    trainer samples ``batch_prompts`` x ``group_size`` and counts an update, publishing and
+    calling ``mark_sync()`` every ``sync_period``.
 
-    Returns ``staleness`` (per sampled row), ``modes`` (per group), ``fill_ticks``, ``updates``,
-    ``duplicates`` (rollouts that replaced a stored copy) and the ``buffer``.
+    Returns ``staleness`` (per sampled row), ``modes`` (per group), ``fill_ticks``, ``updates``
+    and the ``buffer``.
     """
     rng = np.random.default_rng(seed)
     buf = ReplayBuffer(capacity_per_prompt=capacity, recency_prob=recency_prob, inv_temp=inv_temp,
-                       seed=seed, max_prompts=max_prompts, dedup=dedup)
-    next_prompt, updates, published, ticks, fill_ticks, duplicates = 0, 0, 0, 0, 0, 0
-    started = [(0, 0)]  # (tick started, version pulled) of the batch in progress
+                       seed=seed, max_prompts=max_prompts)
+    next_prompt, updates, published, ticks, fill_ticks = 0, 0, 0, 0, 0
+    started = (0, 0)  # (tick started, version pulled) of the batch in progress
     staleness: list[int] = []
     modes: list[str] = []
     while updates < steps:
-        tick_start, version = started[0]
+        tick_start, version = started
         if ticks - tick_start >= gen_ticks:  # the searcher's batch is done: deliver it
             batch = []
-            for _ in range(prompts_per_batch):
-                pid = next_prompt if prompt_pool is None else next_prompt % prompt_pool
-                next_prompt += 1
+            for pid in range(next_prompt, next_prompt + prompts_per_batch):
                 p_ok = (pid * 0.37) % 1.0  # a fixed success rate per prompt
                 for _ in range(group_size):
                     resp = rng.integers(4, size=3)
                     batch.append(fake_rollout(pid, resp, float(rng.random() < p_ok), version))
-            duplicates += len(batch) - buf.add(batch)
-            started = [(ticks, published)]
+            next_prompt += prompts_per_batch
+            buf.add(batch)
+            started = (ticks, published)
         if len(buf) >= max(initial_fill, 1):
             rows = buf.sample(batch_prompts, group_size)
             staleness.extend(ReplayBuffer.staleness(rows, updates))
@@ -152,17 +147,10 @@ def simulate_pipeline(steps: int = 300, sync_period: int = 1, gen_ticks: int = 2
             fill_ticks += 1
         ticks += 1
     return {"staleness": staleness, "modes": modes, "fill_ticks": fill_ticks,
-            "updates": updates, "duplicates": duplicates, "buffer": buf}
+            "updates": updates, "buffer": buf}
 
 
 # --------------------------------------------------------------- 03.dedup
-def dedup_stub(rollouts, capacity):
-    """The stored list, oldest first, of at most ``capacity`` of ``rollouts`` (one prompt, in
-    arrival order): a repeated response replaces its old copy, capacity drops the oldest."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def dedup_reference(rollouts, capacity):
     buf = ReplayBuffer(capacity_per_prompt=capacity, dedup=True)
     buf.add(rollouts)
@@ -171,13 +159,10 @@ def dedup_reference(rollouts, capacity):
 
 def _dedup_cases():
     rng = np.random.default_rng(3)
-    cases = []
     # hand-made: the duplicate [1, 2] arrives again with a new reward and version
     seq = [fake_rollout(0, t, r, v) for t, r, v in
            [([1, 2], 0, 0), ([3], 1, 0), ([1, 2], 1, 1), ([4, 5, 6], 0, 1)]]
-    cases.append(((seq, 8), {}))
-    cases.append(((seq, 2), {}))  # capacity smaller than the distinct responses
-    cases.append(((seq, 1), {}))
+    cases = [((seq, cap), {}) for cap in (8, 2, 1)]  # 2, 1: fewer than the distinct responses
     for n, cap in ((30, 5), (50, 12), (20, 64)):  # random streams with many duplicates
         seq = [fake_rollout(7, rng.integers(3, size=2), float(rng.random() < 0.5), v // 4)
                for v in range(n)]
@@ -198,40 +183,36 @@ def _dedup_compare(got, want):
                                    f"{g[i][2]}), expected response {list(w[i][0])} (version {w[i][2]})")
 
 
-DEDUP = Exercise(
-    name="03.dedup",
-    description="per-prompt storage: newest copy wins, capacity drops the oldest",
-    stub=dedup_stub, reference=dedup_reference, cases=_dedup_cases,
-    compare=_dedup_compare)
+@exercise("03.dedup", "per-prompt storage: newest copy wins, capacity drops the oldest",
+          dedup_reference, _dedup_cases, compare=_dedup_compare)
+def dedup_stub(rollouts, capacity):
+    """The stored list, oldest first, of at most ``capacity`` of ``rollouts`` (one prompt, in
+    arrival order): a repeated response replaces its old copy, capacity drops the oldest."""
+    # YOUR CODE HERE
+    raise NotImplementedError
 
 
 # ------------------------------------------------------- 03.reward_weights
+@exercise("03.reward_weights", "reward-mode item probabilities softmax(inv_temp * reward), stable",
+          reward_probabilities, lambda: [
+              ((np.array([0.0, 1.0, 1.0, 0.0]), 0.0), {}),          # inv_temp 0: uniform
+              ((np.array([0.0, 1.0, 1.0, 0.0]), 2.0), {}),
+              ((np.array([0.35] * 5, dtype=np.float32), 7.0), {}),  # all equal: uniform
+              ((np.random.default_rng(0).random(8), 3.0), {}),
+              ((np.array([0.0, 1.0, 0.5]), 1000.0), {}),            # overflows if not stabilised
+              ((np.array([1.0]), 5.0), {})])                        # a single item
 def reward_weights_stub(rewards, inv_temp):
     """(n,) float softmax(inv_temp * rewards) of the (n,) ``rewards``, without overflow."""
     # YOUR CODE HERE
     raise NotImplementedError
 
 
-def _reward_weights_cases():
-    rng = np.random.default_rng(0)
-    return [
-        ((np.array([0.0, 1.0, 1.0, 0.0]), 0.0), {}),          # inv_temp 0: uniform
-        ((np.array([0.0, 1.0, 1.0, 0.0]), 2.0), {}),
-        ((np.array([0.35] * 5, dtype=np.float32), 7.0), {}),  # all equal: uniform
-        ((rng.random(8), 3.0), {}),
-        ((np.array([0.0, 1.0, 0.5]), 1000.0), {}),            # overflows if not stabilised
-        ((np.array([1.0]), 5.0), {}),                         # a single item
-    ]
-
-
-REWARD_WEIGHTS = Exercise(
-    name="03.reward_weights",
-    description="reward-mode item probabilities softmax(inv_temp * reward), stable",
-    stub=reward_weights_stub, reference=reward_probabilities,
-    cases=_reward_weights_cases)
-
-
 # --------------------------------------------------------- 03.prompt_probs
+@exercise("03.prompt_probs", "probability that one slot picks each prompt, recency probability m",
+          prompt_probabilities, lambda: [
+              ((10, [2, 5], 0.8), {}), ((10, [2, 5], 0.0), {}), ((10, [2, 5], 1.0), {}),
+              ((6, [], 0.8), {}), ((4, [0, 1, 2, 3], 0.5), {}),
+              ((300, list(range(0, 300, 7)), 0.3), {})])
 def prompt_probs_stub(num_prompts, refreshed, m):
     """(num_prompts,) probability that one batch slot picks each prompt: with probability m
     uniformly among ``refreshed``, otherwise (or with none refreshed) uniformly among all."""
@@ -239,30 +220,7 @@ def prompt_probs_stub(num_prompts, refreshed, m):
     raise NotImplementedError
 
 
-def _prompt_probs_cases():
-    return [((10, [2, 5], 0.8), {}), ((10, [2, 5], 0.0), {}), ((10, [2, 5], 1.0), {}),
-            ((6, [], 0.8), {}), ((4, [0, 1, 2, 3], 0.5), {}), ((300, list(range(0, 300, 7)), 0.3), {})]
-
-
-PROMPT_PROBS = Exercise(
-    name="03.prompt_probs",
-    description="probability that one slot picks each prompt, recency probability m",
-    stub=prompt_probs_stub, reference=prompt_probabilities,
-    cases=_prompt_probs_cases)
-
-
-
 # --------------------------------------------------------- 03.sample_batch
-def sample_batch_stub(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng):
-    """The trainer's batch, as ``tba_lab.minimal.sample_batch``: a list of B*K of the rows
-    stored in ``groups`` ({prompt id: rows, oldest first}), prompt-major, every random choice
-    from ``rng``: per slot a prompt not yet in the batch, either one of the ``fresh`` ones
-    (probability m) with its K newest rows, or any, with K rows drawn without replacement by
-    softmax(inv_temp * reward); a prompt with fewer than K rows is topped up with replacement."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 class _Draw(random.Random):
     """The ``rng`` of one of the checker's draws: seeded (so the check is deterministic), and
     carrying its scenario (``.scenario``) and whether it is the scenario's last draw."""
@@ -399,11 +357,14 @@ def _sample_batch_compare(got, draw):
     return None
 
 
-SAMPLE_BATCH = Exercise(
-    name="03.sample_batch",
-    description="the trainer's sampler: recency m, reward softmax, distinct prompts, top-up",
-    stub=sample_batch_stub, reference=_sample_batch_reference,
-    cases=_sample_batch_cases, compare=_sample_batch_compare)
-
-
-EXERCISES = [DEDUP, REWARD_WEIGHTS, PROMPT_PROBS, SAMPLE_BATCH]
+@exercise("03.sample_batch",
+          "the trainer's sampler: recency m, reward softmax, distinct prompts, top-up",
+          _sample_batch_reference, _sample_batch_cases, compare=_sample_batch_compare)
+def sample_batch_stub(groups, fresh, num_prompts, k, recency_prob, inv_temp, rng):
+    """The trainer's batch, as ``tba_lab.minimal.sample_batch``: a list of B*K of the rows
+    stored in ``groups`` ({prompt id: rows, oldest first}), prompt-major, every random choice
+    from ``rng``: per slot a prompt not yet in the batch, either one of the ``fresh`` ones
+    (probability m) with its K newest rows, or any, with K rows drawn without replacement by
+    softmax(inv_temp * reward); a prompt with fewer than K rows is topped up with replacement."""
+    # YOUR CODE HERE
+    raise NotImplementedError

@@ -11,29 +11,12 @@ import threading
 import numpy as np
 import torch
 
-from tba_lab.lab.course import Exercise, Reference, from_minimal
+from tba_lab.lab.course import exercise, from_minimal
 from tba_lab.lab.course.nb01 import embedded_policy
 from tba_lab.lab.timeline import fresh_staleness_max
 
 
 # ---------------------------------------------------------------- 04.weight_sync
-class WeightSyncStub:
-    """The weight channel between the trainer and its searchers, a seqlock: ``flat`` (every
-    parameter, flattened, in shared memory), counters ``version`` (-1) and ``writes`` (0, odd
-    while ``publish`` copies); ``pull(model, have)`` copies only a newer version, never a torn
-    one, and returns the version held."""
-
-    def __init__(self, model):
-        # YOUR CODE HERE
-        raise NotImplementedError
-
-    def publish(self, model, version):
-        raise NotImplementedError
-
-    def pull(self, model, have):
-        raise NotImplementedError
-
-
 class _SpyModel(torch.nn.Sequential):
     """A small seeded model whose ``parameters()`` notes the ``writes`` of ``watch`` (a channel)."""
 
@@ -133,22 +116,28 @@ def _weight_sync_compare(got, want):
     return None
 
 
-WEIGHT_SYNC = Exercise(
-    name="04.weight_sync",
-    description="the weight channel: publish with a version, pull when newer, no torn read",
-    stub=WeightSyncStub, reference=from_minimal("SharedWeights"),
-    cases=lambda: [((_SpyModel(0),), {})], compare=_weight_sync_compare)
+@exercise("04.weight_sync",
+          "the weight channel: publish with a version, pull when newer, no torn read",
+          from_minimal("SharedWeights"), lambda: [((_SpyModel(0),), {})],
+          compare=_weight_sync_compare)
+class WeightSyncStub:
+    """The weight channel between the trainer and its searchers, a seqlock: ``flat`` (every
+    parameter, flattened, in shared memory), counters ``version`` (-1) and ``writes`` (0, odd
+    while ``publish`` copies); ``pull(model, have)`` copies only a newer version, never a torn
+    one, and returns the version held."""
+
+    def __init__(self, model):
+        # YOUR CODE HERE
+        raise NotImplementedError
+
+    def publish(self, model, version):
+        raise NotImplementedError
+
+    def pull(self, model, have):
+        raise NotImplementedError
 
 
 # ---------------------------------------------------------------- 04.searcher_step
-def searcher_step_stub(policy, reference, tokenizer, task, problems, prompt_ids, s, version):
-    """B*K ``tba_lab.minimal.Row``, prompt-major: K = ``s.num_generations`` responses sampled
-    by ``policy`` for each of the B ``problems``, cut after the first EOS, rewarded by ``task``,
-    with log pi_ref under ``reference`` and the weights' ``version``."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def _searcher_cases():
     from tba_lab.minimal import Settings
     from tba_lab.tasks.arithmetic import ArithmeticTask
@@ -168,15 +157,15 @@ def _searcher_cases():
 
 
 def _searcher_reference(*args):
-    """The case itself: samples differ, so a batch is checked for what it must be."""
+    """The case's args: samples differ, so a batch is checked for what it must be."""
     torch.manual_seed(402)   # the answer's sampling, seeded: a reproducible check
-    return Reference(args)
+    return args
 
 
 def _searcher_compare(got, want):
     from tba_lab.minimal import sequence_logprobs
 
-    policy, reference, tok, task, problems, prompt_ids, s, version = want.args
+    policy, reference, tok, task, problems, prompt_ids, s, version = want
     K, eos = s.num_generations, tok.eos_token_id
     if not isinstance(got, (list, tuple)) or len(got) != len(problems) * K:
         return f"expected a list of B*K = {len(problems)}*{K} rows, got {type(got).__name__}" + (
@@ -211,22 +200,18 @@ def _searcher_compare(got, want):
     return None
 
 
-SEARCHER_STEP = Exercise(
-    name="04.searcher_step",
-    description="a searcher's batch: B x K sampled rows, cut after EOS, rewarded, ref log-probs, version",
-    stub=searcher_step_stub, reference=_searcher_reference,
-    cases=_searcher_cases, compare=_searcher_compare)
-
-
-# ---------------------------------------------------------------- 04.trainer_step
-def trainer_step_stub(policy, optimizer, batch, s, pad_id):
-    """One optimizer update of ``policy`` on the TB loss of ``batch`` (B*K ``Row``s,
-    prompt-major): zero_grad, backward, clip to ``s.max_grad_norm``, step; returns the loss
-    (a float)."""
+@exercise("04.searcher_step",
+          "a searcher's batch: B x K sampled rows, cut after EOS, rewarded, ref log-probs, version",
+          _searcher_reference, _searcher_cases, compare=_searcher_compare)
+def searcher_step_stub(policy, reference, tokenizer, task, problems, prompt_ids, s, version):
+    """B*K ``tba_lab.minimal.Row``, prompt-major: K = ``s.num_generations`` responses sampled
+    by ``policy`` for each of the B ``problems``, cut after the first EOS, rewarded by ``task``,
+    with log pi_ref under ``reference`` and the weights' ``version``."""
     # YOUR CODE HERE
     raise NotImplementedError
 
 
+# ---------------------------------------------------------------- 04.trainer_step
 @functools.cache
 def _trainer_batch():
     """12 rows (B = 3 prompts x K = 4) sampled once from the embedded model, seeded."""
@@ -235,11 +220,10 @@ def _trainer_batch():
 
     model, tok = embedded_policy()
     task = ArithmeticTask()
-    state = torch.random.get_rng_state()
-    torch.manual_seed(403)
-    rows = searcher_step(model, model, tok, task, task.load("train")[5:8], [0, 1, 2],
-                         Settings(num_generations=4), 0)
-    torch.random.set_rng_state(state)
+    with torch.random.fork_rng():
+        torch.manual_seed(403)
+        rows = searcher_step(model, model, tok, task, task.load("train")[5:8], [0, 1, 2],
+                             Settings(num_generations=4), 0)
     for i, r in enumerate(rows):                       # mixed rewards in every group
         r.reward = float(i % 3 == 0)
         r.ref_logp -= 0.3 * (i % 4)                    # a policy that differs from pi_ref
@@ -273,58 +257,50 @@ def _trainer_reference(policy, optimizer, batch, s, pad_id):
         q.grad = None if p.grad is None else p.grad.clone()
     twin_optimizer = type(optimizer)(twin.parameters(), lr=0.0)
     twin_optimizer.load_state_dict(optimizer.state_dict())   # the same settings (and state)
-    loss = trainer_step(twin, twin_optimizer, batch, s, pad_id)
-    return Reference((policy, twin, 2e-5), loss)
+    return policy, twin, trainer_step(twin, twin_optimizer, batch, s, pad_id)
 
 
 def _trainer_compare(got, want):
-    policy, twin, tol = want.args
+    policy, twin, want_loss = want
     try:
         loss = float(got)
     except (TypeError, ValueError):
         return f"expected the loss as a float, got {type(got).__name__}"
-    if not np.isclose(loss, want.result, rtol=1e-4, atol=1e-4):
-        return f"loss {loss:.6g}, expected {want.result:.6g} (the TB loss of Eq. 3-5 at beta and temperature of s)"
+    if not np.isclose(loss, want_loss, rtol=1e-4, atol=1e-4):
+        return f"loss {loss:.6g}, expected {want_loss:.6g} (the TB loss of Eq. 3-5 at beta and temperature of s)"
     for (name, p), q in zip(policy.named_parameters(), twin.parameters()):
         gap = (p.detach() - q.detach()).abs().max().item()
-        if gap > tol:
+        if gap > 2e-5:
             return (f"after the step, parameter {name} differs from the reference step's by {gap:.3g}: "
                     "optimizer.zero_grad() before backward (the cases leave old gradients), "
                     "clip_grad_norm_ to s.max_grad_norm after backward and before step")
     return None
 
 
-TRAINER_STEP = Exercise(
-    name="04.trainer_step",
-    description="one update: sequence log-probs, TB loss, zero_grad, backward, clip, step",
-    stub=trainer_step_stub, reference=_trainer_reference,
-    cases=_trainer_cases, compare=_trainer_compare)
+@exercise("04.trainer_step",
+          "one update: sequence log-probs, TB loss, zero_grad, backward, clip, step",
+          _trainer_reference, _trainer_cases, compare=_trainer_compare)
+def trainer_step_stub(policy, optimizer, batch, s, pad_id):
+    """One optimizer update of ``policy`` on the TB loss of ``batch`` (B*K ``Row``s,
+    prompt-major): zero_grad, backward, clip to ``s.max_grad_norm``, step; returns the loss
+    (a float)."""
+    # YOUR CODE HERE
+    raise NotImplementedError
 
 
 # ---------------------------------------------------------------- 04.staleness_bound
+@exercise("04.staleness_bound",
+          "largest staleness of a batch drawn in recency mode, given arrival lag and k",
+          fresh_staleness_max, lambda: [
+              (tuple(x.reshape(-1) for x in np.meshgrid(np.arange(0, 13), np.arange(1, 6))), {}),
+              ((np.array([0, 1, 2, 3]), np.array([1, 1, 1, 1])), {}),   # k = 1: staleness = lag
+              ((np.array([0, 3, 4, 7, 8]), np.array([4, 4, 4, 4, 4])), {}),
+              ((np.array([5]), np.array([3])), {})], rtol=0.0, atol=0.0)
 def staleness_bound_stub(arrival_lag, k):
     """Largest staleness of a batch drawn in recency mode, given its arrival lag (updates) and
     the sync period k: integer arrays of one shape (or ints), the result of that shape."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def _bound_cases():
-    a, k = np.meshgrid(np.arange(0, 13), np.arange(1, 6))
-    return [((a.reshape(-1), k.reshape(-1)), {}),
-            ((np.array([0, 1, 2, 3]), np.array([1, 1, 1, 1])), {}),   # k = 1: staleness = lag
-            ((np.array([0, 3, 4, 7, 8]), np.array([4, 4, 4, 4, 4])), {}),
-            ((np.array([5]), np.array([3])), {})]
-
-
-STALENESS_BOUND = Exercise(
-    name="04.staleness_bound",
-    description="largest staleness of a batch drawn in recency mode, given arrival lag and k",
-    stub=staleness_bound_stub, reference=fresh_staleness_max,
-    cases=_bound_cases, rtol=0.0, atol=0.0)
-
-
-EXERCISES = [WEIGHT_SYNC, SEARCHER_STEP, TRAINER_STEP, STALENESS_BOUND]
 
 
 # ------------------------------------------------------------------ drawing

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tba_lab.lab.course import Exercise, output_folder, show_figure
+from tba_lab.lab.course import exercise, output_folder, show_figure
 from tba_lab.lab.simulate import async_throughput, run_timings, share_cores
 
 SMOKE_NOTE = "SMOKE: start-up dominated (3 updates per run), these rates are not results"
@@ -129,6 +129,17 @@ def plot_searchers(s: Setup, ns, curves: dict, measured: dict) -> None:
 
 
 # ---------------------------------------------------------------- 05.share_cores
+@exercise("05.share_cores",
+          "processor sharing: advance n busy processes on c cores to the next event",
+          share_cores, lambda: [
+              (([0.3, 0.6, 0.9], 2, 10.0), {}),   # 3 processes on 2 cores: speed 2/3
+              (([0.3, 0.6], 4, 10.0), {}),        # fewer processes than cores: speed 1, not 2
+              (([0.5, 0.2, 0.4], 1, 10.0), {}),   # not sorted: keep the order
+              (([0.3, 0.8], None, 0.1), {}),      # the run ends before any job does
+              (([0.4, 0.4], 2, 10.0), {}),        # both end at once
+              (([], 2, 5.0), {}),                 # nobody busy
+              ((list(np.random.default_rng(5).uniform(0.1, 1.0, 5)), 3, 100.0), {})],
+          rtol=1e-6, atol=1e-9)
 def share_cores_stub(remaining, cores, until):
     """(dt, left): n busy processes, each at speed min(1, cores / n) (1 when cores is None), run
     until the first job of ``remaining`` (work left, seconds alone) ends or ``until``; left =
@@ -137,27 +148,19 @@ def share_cores_stub(remaining, cores, until):
     raise NotImplementedError
 
 
-def _step_cases():
-    rng = np.random.default_rng(5)
-    return [
-        (([0.3, 0.6, 0.9], 2, 10.0), {}),   # 3 processes on 2 cores: speed 2/3
-        (([0.3, 0.6], 4, 10.0), {}),        # fewer processes than cores: speed 1, not 2
-        (([0.5, 0.2, 0.4], 1, 10.0), {}),   # not sorted: keep the order
-        (([0.3, 0.8], None, 0.1), {}),      # the run ends before any job does
-        (([0.4, 0.4], 2, 10.0), {}),        # both end at once
-        (([], 2, 5.0), {}),                 # nobody busy
-        ((list(rng.uniform(0.1, 1.0, 5)), 3, 100.0), {}),
-    ]
-
-
-SHARE_CORES = Exercise(
-    name="05.share_cores",
-    description="processor sharing: advance n busy processes on c cores to the next event",
-    stub=share_cores_stub, reference=share_cores,
-    cases=_step_cases, rtol=1e-6, atol=1e-9)
-
-
 # ---------------------------------------------------------------- 05.async_throughput
+@exercise("05.async_throughput",
+          "async updates and batches per minute with n searchers on c cores, replay bound",
+          async_throughput, lambda: [
+              ((0.26, 0.09, 0.20), {"num_searchers": 1, "cores": 2}),   # fits, no bound
+              ((0.26, 0.09, 0.20), {"num_searchers": 2, "cores": 2}),   # 3 busy on 2 cores
+              ((0.26, 0.09, 0.20),                                      # short of data
+               {"num_searchers": 1, "cores": 2, "max_replay_ratio": 1.0}),
+              ((0.26, 0.09, 0.20), {"num_searchers": 2, "cores": 2, "max_replay_ratio": 1.0}),
+              ((0.20, 0.05, 0.40),                                      # trainer-bound
+               {"num_searchers": 2, "cores": 2, "max_replay_ratio": 1.0}),
+              ((0.5, 0.1, 0.3), {"num_searchers": 7, "cores": None, "max_replay_ratio": 2.0}),
+              ((2.0, 0.5, 1.0), {"num_searchers": 3, "cores": 8, "max_replay_ratio": 0.0})])
 def async_throughput_stub(gen_seconds, score_seconds, update_seconds, num_searchers, cores,
                           max_replay_ratio=0.0):
     """(trainer updates per minute, searcher batches per minute) of n searchers and the trainer,
@@ -165,25 +168,3 @@ def async_throughput_stub(gen_seconds, score_seconds, update_seconds, num_search
     batch delivered (0: no bound)."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-def _async_cases():
-    return [
-        ((0.26, 0.09, 0.20), {"num_searchers": 1, "cores": 2}),   # fits, no bound
-        ((0.26, 0.09, 0.20), {"num_searchers": 2, "cores": 2}),   # 3 busy on 2 cores
-        ((0.26, 0.09, 0.20), {"num_searchers": 1, "cores": 2, "max_replay_ratio": 1.0}),  # short of data
-        ((0.26, 0.09, 0.20), {"num_searchers": 2, "cores": 2, "max_replay_ratio": 1.0}),
-        ((0.20, 0.05, 0.40), {"num_searchers": 2, "cores": 2, "max_replay_ratio": 1.0}),  # trainer-bound
-        ((0.5, 0.1, 0.3), {"num_searchers": 7, "cores": None, "max_replay_ratio": 2.0}),
-        ((2.0, 0.5, 1.0), {"num_searchers": 3, "cores": 8, "max_replay_ratio": 0.0}),
-    ]
-
-
-ASYNC_THROUGHPUT = Exercise(
-    name="05.async_throughput",
-    description="async updates and batches per minute with n searchers on c cores, replay bound",
-    stub=async_throughput_stub, reference=async_throughput,
-    cases=_async_cases)
-
-
-EXERCISES = [SHARE_CORES, ASYNC_THROUGHPUT]

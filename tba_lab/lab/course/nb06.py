@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import torch
 
-from tba_lab.lab.course import Exercise
+from tba_lab.lab.course import exercise
 from tba_lab.losses import beta_schedule, rloo_advantages
 
 
 # ---------------------------------------------------------------- 06.beta_schedule
+@exercise("06.beta_schedule", "linear annealing of the KL coefficient beta, then constant",
+          beta_schedule, lambda: [
+              ((0, 0.014, 0.004, 500), {}),
+              ((250, 0.014, 0.004, 500), {}),
+              ((500, 0.014, 0.004, 500), {}),
+              ((2000, 0.014, 0.004, 500), {}),   # past the end: constant
+              ((37, 1.0, 0.05, 100), {}),
+              ((10, 0.1, 0.05, 0), {}),          # anneal_steps 0: beta_final from the start
+              ((3, 0.02, 0.2, 10), {})])         # increasing is allowed
 def beta_schedule_stub(step, beta_0, beta_final, anneal_steps):
     """beta at update ``step``: linear from ``beta_0`` to ``beta_final`` over ``anneal_steps``
     updates, then constant (a float)."""
@@ -17,33 +26,7 @@ def beta_schedule_stub(step, beta_0, beta_final, anneal_steps):
     raise NotImplementedError
 
 
-def _beta_cases():
-    return [
-        ((0, 0.014, 0.004, 500), {}),
-        ((250, 0.014, 0.004, 500), {}),
-        ((500, 0.014, 0.004, 500), {}),
-        ((2000, 0.014, 0.004, 500), {}),   # past the end: constant
-        ((37, 1.0, 0.05, 100), {}),
-        ((10, 0.1, 0.05, 0), {}),          # anneal_steps 0: beta_final from the start
-        ((3, 0.02, 0.2, 10), {}),          # increasing is allowed
-    ]
-
-
-BETA_SCHEDULE = Exercise(
-    name="06.beta_schedule",
-    description="linear annealing of the KL coefficient beta, then constant",
-    stub=beta_schedule_stub, reference=beta_schedule,
-    cases=_beta_cases)
-
-
 # ---------------------------------------------------------------- 06.rloo_advantages
-def rloo_advantages_stub(rewards, group_size, kl=None, beta=0.0):
-    """(N,) float32: R_ij minus the mean of the other K-1 R of prompt i, R = rewards - beta * kl;
-    rewards and kl (N,), N = B*K prompt-major; an all-equal group gets exactly 0."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def _rloo_cases():
     g = torch.Generator().manual_seed(6)
     r = (torch.rand(4 * 8, generator=g) < 0.4).float()
@@ -56,11 +39,10 @@ def _rloo_cases():
     ]
 
 
-RLOO_ADVANTAGES = Exercise(
-    name="06.rloo_advantages",
-    description="leave-one-out advantages on r - beta * kl, all-equal groups -> 0",
-    stub=rloo_advantages_stub, reference=rloo_advantages,
-    cases=_rloo_cases)
-
-
-EXERCISES = [BETA_SCHEDULE, RLOO_ADVANTAGES]
+@exercise("06.rloo_advantages", "leave-one-out advantages on r - beta * kl, all-equal groups -> 0",
+          rloo_advantages, _rloo_cases)
+def rloo_advantages_stub(rewards, group_size, kl=None, beta=0.0):
+    """(N,) float32: R_ij minus the mean of the other K-1 R of prompt i, R = rewards - beta * kl;
+    rewards and kl (N,), N = B*K prompt-major; an all-equal group gets exactly 0."""
+    # YOUR CODE HERE
+    raise NotImplementedError

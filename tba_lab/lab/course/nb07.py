@@ -7,12 +7,26 @@ from __future__ import annotations
 
 import torch
 
-from tba_lab.lab.course import Exercise, compare_value
+from tba_lab.lab.course import compare_value, exercise
 from tba_lab.lab.experiments.beta import kl_estimate
 from tba_lab.lab.experiments.common import time_to_target
 
 
 # ---------------------------------------------------------------- 07.time_to_target
+def _rows(pairs):
+    return [{"wall_seconds": t, "accuracy": a} for t, a in pairs]
+
+
+@exercise("07.time_to_target",
+          "seconds to a target accuracy, linear between the evaluations around the crossing",
+          time_to_target, lambda: [((_rows(pairs), 0.40), {}) for pairs in (
+              [(0, 0.35), (15, 0.38), (30, 0.44), (45, 0.47)],   # between 15 and 30
+              [(30, 0.44), (0, 0.35), (15, 0.38)],               # unsorted rows
+              [(0, 0.35), (15, 0.34), (30, 0.39)],               # never reached
+              [(0, 0.42), (15, 0.39), (30, 0.45)],               # reached at the start
+              [(0, 0.30), (10, 0.41), (20, 0.36), (30, 0.50)],   # FIRST crossing
+              [(0, 0.30), (12, 0.40)])],                         # exactly on target
+          compare=lambda got, want: compare_value(got, want, unit=" s"))
 def time_to_target_stub(evals, target):
     """Seconds (a float) until the accuracy of ``evals`` ({"wall_seconds", "accuracy"} rows,
     any order) first reaches ``target``, linear between evaluations; None if never."""
@@ -20,36 +34,7 @@ def time_to_target_stub(evals, target):
     raise NotImplementedError
 
 
-def _rows(pairs):
-    return [{"wall_seconds": t, "accuracy": a} for t, a in pairs]
-
-
-def _ttt_cases():
-    return [
-        ((_rows([(0, 0.35), (15, 0.38), (30, 0.44), (45, 0.47)]), 0.40), {}),   # between 15 and 30
-        ((_rows([(30, 0.44), (0, 0.35), (15, 0.38)]), 0.40), {}),               # unsorted rows
-        ((_rows([(0, 0.35), (15, 0.34), (30, 0.39)]), 0.40), {}),               # never reached
-        ((_rows([(0, 0.42), (15, 0.39), (30, 0.45)]), 0.40), {}),               # reached at the start
-        ((_rows([(0, 0.30), (10, 0.41), (20, 0.36), (30, 0.50)]), 0.40), {}),   # FIRST crossing
-        ((_rows([(0, 0.30), (12, 0.40)]), 0.40), {}),                           # exactly on target
-    ]
-
-
-TIME_TO_TARGET = Exercise(
-    name="07.time_to_target",
-    description="seconds to a target accuracy, linear between the evaluations around the crossing",
-    stub=time_to_target_stub, reference=time_to_target,
-    cases=_ttt_cases, compare=lambda got, want: compare_value(got, want, unit=" s"))
-
-
 # ---------------------------------------------------------------- 07.kl_estimate
-def kl_estimate_stub(token_logps, ref_token_logps, mask):
-    """KL(pi || pi_ref) in nats per response (a float): the mean over the N rows of the
-    masked sum of log pi - log pi_ref; all (N, R), ``mask`` bool."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def _kl_cases():
     g = torch.Generator().manual_seed(7)
     cases = []
@@ -65,14 +50,14 @@ def _kl_cases():
     return cases
 
 
-KL_ESTIMATE = Exercise(
-    name="07.kl_estimate",
-    description="KL to the reference: mean over samples of the masked sum of log pi - log pi_ref",
-    stub=kl_estimate_stub, reference=kl_estimate,
-    cases=_kl_cases)
-
-
-EXERCISES = [TIME_TO_TARGET, KL_ESTIMATE]
+@exercise("07.kl_estimate",
+          "KL to the reference: mean over samples of the masked sum of log pi - log pi_ref",
+          kl_estimate, _kl_cases)
+def kl_estimate_stub(token_logps, ref_token_logps, mask):
+    """KL(pi || pi_ref) in nats per response (a float): the mean over the N rows of the
+    masked sum of log pi - log pi_ref; all (N, R), ``mask`` bool."""
+    # YOUR CODE HERE
+    raise NotImplementedError
 
 
 # ---------------------------------------------------------------- the recorded claims

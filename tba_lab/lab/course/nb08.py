@@ -8,19 +8,12 @@ import random
 
 import torch
 
-from tba_lab.lab.course import Exercise, compare_value
+from tba_lab.lab.course import compare_value, exercise
 from tba_lab.reward_model import bradley_terry_loss
 from tba_lab.tasks.preference import win_rate
 
 
 # ---------------------------------------------------------------- 08.bradley_terry
-def bradley_terry_stub(chosen, rejected):
-    """0-dim float32 tensor: the mean over the (N,) pairs of -log sigmoid(chosen - rejected),
-    stable for gaps of +-100."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def _bt_cases():
     g = torch.Generator().manual_seed(8)
     cases = [((torch.tensor([1.0, 0.0, 3.0]), torch.tensor([0.0, 2.0, 3.0])), {})]  # hand-checked
@@ -30,20 +23,17 @@ def _bt_cases():
     return cases
 
 
-BRADLEY_TERRY = Exercise(
-    name="08.bradley_terry",
-    description="Bradley-Terry loss: mean of -log sigmoid(r_chosen - r_rejected), stable",
-    stub=bradley_terry_stub, reference=bradley_terry_loss,
-    cases=_bt_cases)
-
-
-# ---------------------------------------------------------------- 08.win_rate
-def win_rate_stub(policy_scores, reference_scores):
-    """A Python float: the mean over the N pairs of 1 (policy higher), 1/2 (equal) or 0."""
+@exercise("08.bradley_terry",
+          "Bradley-Terry loss: mean of -log sigmoid(r_chosen - r_rejected), stable",
+          bradley_terry_loss, _bt_cases)
+def bradley_terry_stub(chosen, rejected):
+    """0-dim float32 tensor: the mean over the (N,) pairs of -log sigmoid(chosen - rejected),
+    stable for gaps of +-100."""
     # YOUR CODE HERE
     raise NotImplementedError
 
 
+# ---------------------------------------------------------------- 08.win_rate
 def _wr_cases():
     rng = random.Random(8)
     cases = [(([2.0, 1.0, 0.0, 1.5], [1.0, 1.0, 1.0, 1.5]), {}),     # win, tie, loss, tie
@@ -55,11 +45,10 @@ def _wr_cases():
     return cases
 
 
-WIN_RATE = Exercise(
-    name="08.win_rate",
-    description="win rate against references: 1 per win, 1/2 per tie, averaged",
-    stub=win_rate_stub, reference=win_rate, cases=_wr_cases,
-    compare=lambda got, want: compare_value(got, want, python_float=True))
-
-
-EXERCISES = [BRADLEY_TERRY, WIN_RATE]
+@exercise("08.win_rate", "win rate against references: 1 per win, 1/2 per tie, averaged",
+          win_rate, _wr_cases,
+          compare=lambda got, want: compare_value(got, want, python_float=True))
+def win_rate_stub(policy_scores, reference_scores):
+    """A Python float: the mean over the N pairs of 1 (policy higher), 1/2 (equal) or 0."""
+    # YOUR CODE HERE
+    raise NotImplementedError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tba_lab.lab.course import Exercise
+from tba_lab.lab.course import exercise
 from tba_lab.tasks.redteam import answer_log_probability, log_reward, mean_pairwise_cosine_distance
 
 
@@ -16,6 +16,13 @@ def judge_log_reward_reference(answers, threshold, scale, floor):
                        floor) for a in answers]
 
 
+@exercise("09.judge_log_reward",
+          "reward = max(log sigmoid((answer - threshold) / scale), floor); no answer = floor",
+          judge_log_reward_reference, lambda: [
+              (([60.0, 64.0, 52.0, None], 60.0, 4.0, -5.0), {}),
+              (([96.0, 20.0, 59.0, 61.0], 60.0, 4.0, -5.0), {}),
+              (([-1000.0, 1000.0, 0.0], 60.0, 4.0, -30.0), {}),     # no overflow either way
+              (([10.0, 11.0, 12.0], 12.0, 1.0, -1.5), {})])         # floor binds at 10
 def judge_log_reward_stub(answers, threshold, scale, floor):
     """A list of floats: max(log sigmoid((answer - threshold) / scale), floor) per answer,
     exactly ``floor`` for None, without overflow for answers far from the threshold."""
@@ -23,29 +30,7 @@ def judge_log_reward_stub(answers, threshold, scale, floor):
     raise NotImplementedError
 
 
-def _judge_cases():
-    return [
-        (([60.0, 64.0, 52.0, None], 60.0, 4.0, -5.0), {}),
-        (([96.0, 20.0, 59.0, 61.0], 60.0, 4.0, -5.0), {}),
-        (([-1000.0, 1000.0, 0.0], 60.0, 4.0, -30.0), {}),     # no overflow either way
-        (([10.0, 11.0, 12.0], 12.0, 1.0, -1.5), {}),          # floor binds at 10
-    ]
-
-
-JUDGE_LOG_REWARD = Exercise(
-    name="09.judge_log_reward",
-    description="reward = max(log sigmoid((answer - threshold) / scale), floor); no answer = floor",
-    stub=judge_log_reward_stub,
-    reference=judge_log_reward_reference, cases=_judge_cases)
-
-
 # ---------------------------------------------------------------- 09.cosine_diversity
-def cosine_diversity_stub(embeddings):
-    """A Python float: the mean over the pairs i < j of the (N, D) rows of 1 - cos(e_i, e_j)."""
-    # YOUR CODE HERE
-    raise NotImplementedError
-
-
 def _cos_cases():
     g = torch.Generator().manual_seed(9)
     return [
@@ -57,11 +42,9 @@ def _cos_cases():
     ]
 
 
-COSINE_DIVERSITY = Exercise(
-    name="09.cosine_diversity",
-    description="diversity = mean over pairs i < j of 1 - cos(e_i, e_j)",
-    stub=cosine_diversity_stub,
-    reference=mean_pairwise_cosine_distance, cases=_cos_cases)
-
-
-EXERCISES = [JUDGE_LOG_REWARD, COSINE_DIVERSITY]
+@exercise("09.cosine_diversity", "diversity = mean over pairs i < j of 1 - cos(e_i, e_j)",
+          mean_pairwise_cosine_distance, _cos_cases)
+def cosine_diversity_stub(embeddings):
+    """A Python float: the mean over the pairs i < j of the (N, D) rows of 1 - cos(e_i, e_j)."""
+    # YOUR CODE HERE
+    raise NotImplementedError

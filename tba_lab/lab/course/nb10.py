@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tba_lab.lab.course import Exercise, compare_value, output_folder, show_figure
+from tba_lab.lab.course import compare_value, exercise, output_folder, show_figure
 
 SMOKE_NOTE = "SMOKE: start-up dominated (runs of a few seconds), these rates are not results"
 
@@ -28,17 +28,15 @@ def plan_devices(num_searchers: int, num_gpus: int) -> tuple[str, list[str]]:
     return "cuda:0", [f"cuda:{1 + i % (num_gpus - 1)}" for i in range(num_searchers)]
 
 
+@exercise("10.plan_devices",
+          "the trainer alone on cuda:0, searchers round robin over the other GPUs", plan_devices,
+          lambda: [((n, g), {})
+                   for n, g in ((2, 0), (3, 1), (3, 4), (5, 3), (1, 8), (7, 2), (2, 2))],
+          compare=compare_value)
 def plan_devices_stub(num_searchers, num_gpus):
     """(trainer_device, searcher_devices): a string and a list of num_searchers strings."""
     # YOUR CODE HERE
     raise NotImplementedError
-
-
-PLAN_DEVICES = Exercise(
-    name="10.plan_devices",
-    description="the trainer alone on cuda:0, searchers round robin over the other GPUs",
-    stub=plan_devices_stub, reference=plan_devices, compare=compare_value,
-    cases=lambda: [((n, g), {}) for n, g in ((2, 0), (3, 1), (3, 4), (5, 3), (1, 8), (7, 2), (2, 2))])
 
 
 # ---------------------------------------------------------------- 10.flat_layout
@@ -49,12 +47,6 @@ def flat_layout(named, align: int = 256) -> tuple[list[int], int]:
 
     layout = Layout(named, align)
     return [e.offset for e in layout.entries], layout.nbytes
-
-
-def flat_layout_stub(named, align=256):
-    """(offsets, nbytes) of (name, tensor) pairs in one flat byte buffer, offsets aligned."""
-    # YOUR CODE HERE
-    raise NotImplementedError
 
 
 def _layout_cases():
@@ -69,14 +61,12 @@ def _layout_cases():
             (([("x", torch.zeros(64))], 256), {}), (([], 256), {})]
 
 
-FLAT_LAYOUT = Exercise(
-    name="10.flat_layout",
-    description="byte offsets of the parameters in the flat weight buffer, aligned",
-    stub=flat_layout_stub, reference=flat_layout,
-    cases=_layout_cases, rtol=0.0, atol=0.0)
-
-
-EXERCISES = [PLAN_DEVICES, FLAT_LAYOUT]
+@exercise("10.flat_layout", "byte offsets of the parameters in the flat weight buffer, aligned",
+          flat_layout, _layout_cases, rtol=0.0, atol=0.0)
+def flat_layout_stub(named, align=256):
+    """(offsets, nbytes) of (name, tensor) pairs in one flat byte buffer, offsets aligned."""
+    # YOUR CODE HERE
+    raise NotImplementedError
 
 
 # ================================================================ the notebook's helpers

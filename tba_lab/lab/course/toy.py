@@ -13,7 +13,6 @@ ratio on the KL-regularised reward r - beta (log mu - log pi_ref) with a group-m
 """
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from collections import deque
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tba_lab.lab.experiments.common import one_thread
 from tba_lab.losses import behaviour_kl, group_advantages, grpo_loss, trajectory_balance_loss
 
 METHODS = ("tb", "grpo_kl", "grpo")
@@ -124,20 +124,7 @@ def toy_loss(method: str, logits: torch.Tensor, batch: dict, problem: ToyProblem
                      clip_eps=clip_eps, beta=0.0, loss_type="grpo")
 
 
-def _one_thread(fn):
-    """Run ``fn`` on one torch thread: the toy's tensors are tiny, extra threads only spin."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            torch.set_num_threads(threads)
-    return wrapper
-
-
-@_one_thread
+@one_thread()  # the toy's tensors are tiny: extra threads only spin
 def train_toy(problem: ToyProblem, method: str, lag: int = 0,
               behaviour_logits: torch.Tensor | None = None, steps: int = 300, k: int = 16,
               lr: float = 0.05, clip_eps: float = 0.2, seed: int = 0,
@@ -181,13 +168,13 @@ def train_toy(problem: ToyProblem, method: str, lag: int = 0,
 
 
 def toy_sweep(problem: ToyProblem, param: str, values, methods=("tb", "grpo_kl"), seeds=(0, 1, 2),
-              steps: int = 300, tail: float = 0.25, **kwargs) -> dict:
+              steps: int = 300, **kwargs) -> dict:
     """End-of-training numbers of :func:`train_toy` (``kwargs``: its other arguments) for every
-    (method, value of ``param``): TV and reward averaged over the last ``tail`` of the updates (a
+    (method, value of ``param``): TV and reward averaged over the last quarter of the updates (a
     stale run can oscillate), behaviour KL and clip fraction over all; then mean and std over
     ``seeds``. Returns {method: {"values", "tv_mean", "tv_std", "reward_mean", ...,
     "clip_fraction_std"}}, lists by value; NaN where a run's number is not finite."""
-    n_tail = max(1, int(round(tail * steps)))
+    n_tail = max(1, round(steps / 4))
     out = {}
     for method in methods:
         row = {"values": list(values)}
@@ -216,7 +203,7 @@ def matched_lr(method: str, lr: float, beta: float) -> float:
 
 
 def lr_sweep(problem: ToyProblem, lrs, lag: int, methods=("tb", "grpo_kl"), seeds=(0, 1, 2),
-             steps: int = 300, tail: float = 0.25, optimizer: str = "sgd", **kwargs) -> dict:
+             steps: int = 300, optimizer: str = "sgd", **kwargs) -> dict:
     """:func:`toy_sweep` over TB's learning rates ``lrs`` at staleness ``lag``, each method at
     its :func:`matched_lr`, so that on fresh data TB and GRPO-KL agree and any difference at
     ``lag > 0`` is the ratio and its clip. Each row adds ``"lrs"`` (as given) and
@@ -224,13 +211,8 @@ def lr_sweep(problem: ToyProblem, lrs, lag: int, methods=("tb", "grpo_kl"), seed
     out = {}
     for method in methods:
         used = [matched_lr(method, lr, problem.beta) for lr in lrs]
-        row = toy_sweep(problem, "lr", used, (method,), seeds, steps, tail, lag=lag,
+        row = toy_sweep(problem, "lr", used, (method,), seeds, steps, lag=lag,
                         optimizer=optimizer, **kwargs)[method]
         row["lrs"], row["lr_used"] = list(lrs), used
         out[method] = row
     return out
-
-
-__all__ = ["METHODS", "OPTIMIZERS", "ToyProblem", "make_toy_problem", "target_distribution",
-           "expected_reward", "tv_distance", "kl_divergence", "sequence_behaviour_kl",
-           "sample_batch", "toy_loss", "train_toy", "toy_sweep", "matched_lr", "lr_sweep"]

@@ -10,9 +10,10 @@ fixed before the runs (``common.VERDICT_RULE``); ``<output-dir>/<NAME>/`` gets
 
 A preset declares ``TITLE``, ``CLAIM``, ``DEPARTURES`` (optionally ``DESIGN``) and
 ``settings(smoke)``, ``variants(s)`` (``[(label, config overrides)]``), ``metrics(s)`` (``{row
-key: (words, formatter)}``), ``measure(run_dir, summary, s, variant, runs)`` (a row's numbers)
-and ``claims(runs, s)``; ``run(variant, overrides, run_dir, seed, s)`` where a run is not the
-kit's trainer. A preset with a ``target`` setting gets each run's ``time_to_target``.
+key: (words, formatter)}``), ``measure(run_dir, summary, s, variant, runs)`` (a row's own
+numbers) and optionally ``claims(runs, s)``, and ``run(variant, overrides, run_dir, seed, s)``
+where a run is not the kit's trainer. Every row gets ``common.basic_numbers`` of the run's
+summary, its evaluations and, with a ``target`` setting, its ``time_to_target``.
 """
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ from pathlib import Path
 from tba_lab.actors.placement import available_cores
 from tba_lab.lab.experiments import (beta, buffer_sampling, default, off_policy, per_update,
                                      race, scaling)
-from tba_lab.lab.experiments.common import (ExperimentError, check_seeds, claim_lines, header, now,
-                                            pct, pyplot, rng, run_seconds, spread, time_to_target,
-                                            train_run, write_result)
+from tba_lab.lab.experiments.common import (ExperimentError, basic_numbers, check_seeds,
+                                            claim_lines, header, now, pct, pyplot, rng,
+                                            run_seconds, spread, time_to_target, train_run,
+                                            write_result)
+from tba_lab.runlog import eval_metric
 
 EXPERIMENTS = {m.NAME: m for m in (off_policy, buffer_sampling, beta, scaling)}  # `all` runs these
 # name -> (preset, keyword arguments of its ``settings``)
@@ -104,22 +107,19 @@ def _typed(key: str, value, default):
     return value
 
 
-def experiment_settings(name: str, smoke: bool = False, settings: dict | None = None,
-                        strict: bool = True) -> dict:
+def experiment_settings(name: str, smoke: bool = False, settings: dict | None = None) -> dict:
     """Experiment ``name``'s full or SMOKE settings updated with ``settings`` (e.g.
     ``{"minutes": 3}``), each converted to the type of the default it replaces.
 
     Raises:
-        ExperimentError: with ``strict``, a key the experiment does not have (the message lists
-            its keys); a value of another type; NaN or an infinity; a value :data:`CHECKS` refuses.
+        ExperimentError: a key the experiment does not have (the message lists its keys); a
+            value of another type; NaN or an infinity; a value :data:`CHECKS` refuses.
     """
     s = default_settings(name, smoke)
     for key, value in (settings or {}).items():
         if key not in s:
-            if strict:
-                raise ExperimentError(f"experiment {name!r} has no setting {key!r}; its settings: "
-                                      f"{sorted(s)}")
-            continue
+            raise ExperimentError(f"experiment {name!r} has no setting {key!r}; its settings: "
+                                  f"{sorted(s)}")
         value = _typed(key, value, s[key])
         if any(isinstance(v, float) and not math.isfinite(v)
                for v in (value if isinstance(value, list) else [value])):
@@ -129,13 +129,6 @@ def experiment_settings(name: str, smoke: bool = False, settings: dict | None = 
             raise ExperimentError(message.format(v=value))
         s[key] = sorted(value) if key == "searchers" else value
     return s
-
-
-def _seeds(seeds, smoke: bool, name: str | None = None) -> list:
-    """``seeds`` if given, else SMOKE's, else the preset's own (:data:`SEEDS_OF`) or 0 1 2."""
-    if seeds is not None:
-        return list(seeds)
-    return list(SMOKE_SEEDS if smoke else SEEDS_OF.get(name, DEFAULT_SEEDS))
 
 
 def with_config(name: str, plan: list[tuple[str, dict]],
@@ -168,16 +161,22 @@ def with_config(name: str, plan: list[tuple[str, dict]],
     return out
 
 
-def check_config(names: list[str], smoke: bool, settings: dict | None, config: dict | None) -> None:
-    """The plan of each experiment in ``names`` with :func:`with_config`, before any runs."""
-    for n in names:
-        with_config(n, module(n).variants(experiment_settings(n, smoke, settings, False)), config)
+def _plan(name: str, smoke: bool, seeds, settings: dict | None, config: dict | None):
+    """Experiment ``name``'s checked ``(seeds, settings, [(variant, overrides)], estimated
+    seconds on 2 cores)``; ``seeds`` None: SMOKE's, else the preset's own (:data:`SEEDS_OF`)
+    or 0 1 2; :func:`experiment_settings`, :func:`with_config`."""
+    if seeds is None:
+        seeds = SMOKE_SEEDS if smoke else SEEDS_OF.get(name, DEFAULT_SEEDS)
+    seeds = check_seeds(seeds)
+    s = experiment_settings(name, smoke, settings)
+    plan = with_config(name, module(name).variants(s), config)
+    return seeds, s, plan, len(plan) * len(seeds) * run_seconds(s, smoke)
 
 
 def run_experiment(name: str, smoke: bool = False, seeds=None,
                    output_dir: str | Path = "runs/experiments", settings: dict | None = None,
                    log=print, config: dict | None = None) -> dict:
-    """Run one sweep of ``name`` over ``seeds`` (default :func:`_seeds`) into
+    """Run one sweep of ``name`` over ``seeds`` (default :func:`_plan`'s) into
     ``output_dir/name`` with ``settings`` (:func:`experiment_settings`) and ``config`` for
     every run (:func:`with_config`); ``log`` gets a line per run. Returns ``results.json``'s
     dict plus ``"report"`` and ``"figures"`` paths.
@@ -192,12 +191,8 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     if name == "all":
         raise ExperimentError("run_experiment runs one experiment; use run_all for 'all'")
     mod = module(name)
-    seeds = check_seeds(_seeds(seeds, smoke, name))
-    s = experiment_settings(name, smoke, settings)
-    out = Path(output_dir) / name
-    plan = with_config(name, mod.variants(s), config)
-    total = len(plan) * len(seeds)
-    est = total * run_seconds(s, smoke)
+    seeds, s, plan, est = _plan(name, smoke, seeds, settings, config)
+    out, total = Path(output_dir) / name, len(plan) * len(seeds)
     say(f"{name}: {total} runs ({len(plan)} variants x seeds {' '.join(map(str, seeds))}), "
         f"estimated {est / 60:.1f} min on 2 cores")
     t0 = time.time()
@@ -206,26 +201,26 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
               "seeds": seeds, "settings": s, "config": config or {},
               "estimate_seconds": round(est, 1), "runs": []}
     runs = result["runs"]
-    runner = getattr(mod, "run", None)  # a preset whose runs are not the kit's trainer
+    runner = getattr(mod, "run", None) or (  # the kit's trainer unless the preset runs its own
+        lambda variant, over, path, seed, s: train_run(over, path, seed))
     for seed in seeds:  # seed-major: a drift in machine load hits every variant alike
         for variant, overrides in plan:
             run_dir = out / "runs" / f"{variant}_seed{seed}"
             t_run = time.time()
-            summary, evals = (runner(variant, overrides, run_dir, seed, s) if runner
-                              else train_run(overrides, run_dir, seed))
+            summary, evals = runner(variant, overrides, run_dir, seed, s)
             row = {"variant": variant, "seed": seed, "run_dir": str(run_dir),
-                   "overrides": overrides, "summary": summary,
-                   "evals": [{k: e.get(k) for k in ("step", "wall_seconds", "accuracy", "n")}
-                             for e in evals]}
+                   "overrides": overrides, "summary": summary, **basic_numbers(summary, s)}
+            head = row["metrics"][0]  # accuracy, win_rate ..
+            row["evals"] = [{k: e.get(k) for k in ("step", "wall_seconds", "n", *row["metrics"])}
+                            for e in evals]
             if "target" in s and evals:  # the presets about speed (race, scaling)
                 row["time_to_target"] = time_to_target(evals, s["target"])
             row.update(mod.measure(run_dir, summary, s, variant, runs))
             row["seconds"] = round(time.time() - t_run, 1)
             runs.append(row)
             write_result(out, result)
-            head = (summary.get("held_out_metrics") or ["accuracy"])[0]  # e.g. win_rate
             say(f"  [{len(runs)}/{total}] {variant} seed {seed}: {head} "
-                f"{pct(summary.get(f'{head}_before'))} -> {pct(summary.get(f'{head}_after'))}"
+                f"{pct(row['before'][head])} -> {pct(row['after'][head])}"
                 f", {summary.get('trainer_steps')} updates, {row['seconds']:.0f} s")
     result.update(finished=now(), seconds=round(time.time() - t0, 1))
     result = _write_analysis(mod, out, result)
@@ -243,7 +238,7 @@ def analyse(name: str, runs: list[dict], s: dict) -> dict:
                                for k in metrics}}  # a key a row lacks is not a missing value
              for v in dict.fromkeys(r["variant"] for r in runs)]
     return {"cells": cells, "metrics": {k: words for k, (words, _) in metrics.items()},
-            "claims": mod.claims(runs, s)}
+            "claims": mod.claims(runs, s) if hasattr(mod, "claims") else []}
 
 
 def _formats(name: str, s: dict) -> dict:
@@ -276,10 +271,10 @@ def figure(name: str, a: dict, runs: list[dict], out: Path) -> str:
     plt = pyplot()
     keys = [k for k in a["metrics"] if any(c[k]["n"] for c in a["cells"])][:3]
     fig, axes = plt.subplots(1, 1 + len(keys), figsize=(4.5 * (1 + len(keys)), 4), squeeze=False)
-    color = {c["variant"]: f"C{i % 10}" for i, c in enumerate(a["cells"])}
+    variants = [c["variant"] for c in a["cells"]]
+    color = {v: f"C{i % 10}" for i, v in enumerate(variants)}
     ax = axes[0][0]
-    head = next((k for r in runs for e in r.get("evals") or [] for k in e  # accuracy, win_rate..
-                 if k not in ("step", "wall_seconds", "n") and e[k] is not None), "accuracy")
+    head = next((eval_metric(e) for r in runs for e in r.get("evals") or []), "accuracy")
     clock = all(e.get("wall_seconds") is not None for r in runs for e in r.get("evals") or [])
     x = "wall_seconds" if clock else "step"  # one axis for all runs
     for r in runs:
@@ -291,14 +286,11 @@ def figure(name: str, a: dict, runs: list[dict], out: Path) -> str:
     ax.set(xlabel="training seconds" if clock else "trainer updates", ylabel=f"held-out {head}",
            title=f"{head} per run")
     ax.legend(fontsize=7)
-    variants = [c["variant"] for c in a["cells"]]
     for ax, key in zip(axes[0][1:], keys):
-        for i, c in enumerate(a["cells"]):
-            sp = c[key]
+        for i, sp in enumerate(c[key] for c in a["cells"]):
             if sp["n"]:  # the mean, a bar from the lowest to the highest seed
-                bar = [[sp["mean"] - sp["min"]], [sp["max"] - sp["mean"]]]
-                ax.errorbar([i], [sp["mean"]], yerr=bar, capsize=4, marker="o",
-                            color=color[c["variant"]])
+                ax.errorbar([i], [sp["mean"]], [[sp["mean"] - sp["min"]], [sp["max"] - sp["mean"]]],
+                            capsize=4, marker="o", color=f"C{i % 10}")
         ax.set_xticks(range(len(variants)), variants, fontsize=7, rotation=30)
         ax.set(xlim=(-0.5, len(variants) - 0.5))
         ax.set_title(a["metrics"][key], fontsize=9)
@@ -365,24 +357,17 @@ def run_all(smoke: bool = False, seeds=None, output_dir: str | Path = "runs/expe
     """The four claims one after another (:func:`run_experiment`); ``settings`` apply to the
     experiments that have them, ``config`` to every run (checked against all four plans first)."""
     say = log or (lambda *a, **k: None)
-    own = {n: EXPERIMENTS[n].settings(smoke) for n in EXPERIMENTS}
+    own = {n: default_settings(n, smoke) for n in EXPERIMENTS}
     unknown = set(settings or {}) - set().union(*own.values())
     if unknown:
         raise ExperimentError(f"no experiment has setting(s) {sorted(unknown)}; "
                               f"known: {sorted(set().union(*own.values()))}")
-    check_config(list(EXPERIMENTS), smoke, settings, config)
-    est = {}  # minutes
-    for n in EXPERIMENTS:
-        s = experiment_settings(n, smoke, settings, strict=False)
-        runs = len(check_seeds(_seeds(seeds, smoke, n))) * len(EXPERIMENTS[n].variants(s))
-        est[n] = runs * run_seconds(s, smoke) / 60
-    say("estimate: " + ", ".join(f"{n} {m:.1f} min" for n, m in est.items())
-        + f"; total {sum(est.values()):.1f} min on 2 cores")
-    out = {}
-    for n in EXPERIMENTS:
-        mine = {k: v for k, v in (settings or {}).items() if k in own[n]}
-        out[n] = run_experiment(n, smoke, seeds, output_dir, mine, log, config)
-    return out
+    mine = {n: {k: v for k, v in (settings or {}).items() if k in own[n]} for n in EXPERIMENTS}
+    plans = {n: _plan(n, smoke, seeds, mine[n], config) for n in EXPERIMENTS}  # before any run
+    say("estimate: " + ", ".join(f"{n} {p[3] / 60:.1f} min" for n, p in plans.items())
+        + f"; total {sum(p[3] for p in plans.values()) / 60:.1f} min on 2 cores")
+    return {n: run_experiment(n, smoke, plans[n][0], output_dir, mine[n], log, config)
+            for n in EXPERIMENTS}
 
 
 def main(args) -> int:
@@ -416,8 +401,6 @@ def main(args) -> int:
 def _run_from_args(args) -> dict[str, dict]:
     """Check every flag and the plans (before any run), then run; ``{name: result}``."""
     names = resolve(args.name)
-    check_seeds(_seeds(args.seeds, args.smoke))
-    seeds = args.seeds if args.seeds is not None else list(SMOKE_SEEDS) if args.smoke else None
     settings = {}
     for key in ("eval_size", "target", "searchers"):  # flags of the experiments with that setting
         if getattr(args, key) is None:
@@ -433,18 +416,16 @@ def _run_from_args(args) -> dict[str, dict]:
             raise ExperimentError(f"--set {item!r}: write KEY=VALUE, e.g. minutes=3; the "
                                   f"settings are in a report's header")
         settings[key.strip().replace("-", "_")] = text.strip()
-    for n in names:  # value checks; one experiment must have every key given
-        experiment_settings(n, args.smoke, settings, strict=args.name != "all")
     config = None
     if args.config:
         from tba_lab.config import read_yaml_data
 
         config = read_yaml_data(args.config)
-    check_config(names, args.smoke, settings, config)  # a bad leg or field stops here
-    if args.name == "all":
-        return run_all(args.smoke, seeds, args.output_dir, settings, config=config)
-    return {args.name: run_experiment(args.name, args.smoke, seeds, args.output_dir, settings,
-                                      config=config)}
+    if args.name == "all":  # checks every plan before its first run
+        return run_all(args.smoke, args.seeds, args.output_dir, settings, config=config)
+    _plan(args.name, args.smoke, args.seeds, settings, config)  # a bad leg or field stops here
+    return {args.name: run_experiment(args.name, args.smoke, args.seeds, args.output_dir,
+                                      settings, config=config)}
 
 
 __all__ = ["BENCHMARKS", "EXPERIMENTS", "NAMES", "ExperimentError", "analyse", "default_settings",

@@ -14,9 +14,9 @@ import math
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (FULL_UPDATES, GAIN_DELTA, PAPER, basic_numbers,
-                                            batch_settings, core_overrides, fixed, load_run_policy,
-                                            one_thread, paired, paper_claim, pct, per_seed, points)
+from tba_lab.lab.experiments.common import (BATCH, FULL_UPDATES, GAIN_DELTA, PAPER, core_overrides,
+                                            fixed, load_run_policy, one_thread, paired, paper_claim,
+                                            pct, points, sized)
 
 NAME = "beta"
 TITLE = "KL coefficient beta: constant or annealed (TB)"
@@ -69,12 +69,9 @@ def kl_to_reference(policy, reference, backend, task, problems: list, k: int,
 def settings(smoke: bool) -> dict:
     from tba_lab.algorithms import TBConfig
 
-    common = {"beta_default": float(TBConfig().beta), "beta_small": 0.03}  # the kit's default
-    if smoke:
-        return {**common, "max_steps": 4, "eval_size": 50, "max_minutes": 3.0, "kl_prompts": 8,
-                "kl_k": 4, **batch_settings(True)}
-    return {**common, "max_steps": FULL_UPDATES, "eval_size": 200, "max_minutes": 10.0,
-            "kl_prompts": 50, "kl_k": 8, **batch_settings(False)}
+    return sized(smoke, beta_default=float(TBConfig().beta), beta_small=0.03,  # the kit's default
+                 max_steps=(4, FULL_UPDATES), eval_size=(50, 200), max_minutes=(3.0, 10.0),
+                 kl_prompts=(8, 50), kl_k=(4, 8), **BATCH)
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:
@@ -95,7 +92,7 @@ def metrics(s: dict) -> dict:
 
 
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
-    """Basic numbers, the beta in force at the last update and the KL to the reference."""
+    """The beta in force at the last update and the KL to the reference."""
     import torch
 
     from tba_lab.models import load_policy
@@ -108,22 +105,21 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
         kl = kl_to_reference(policy, reference, backend, task, held_out[:s["kl_prompts"]],
                              s["kl_k"], cfg.model.max_new_tokens, cfg.model.temperature)
     last = (read_jsonl_rows(Path(run_dir) / "metrics.jsonl") or [{}])[-1]
-    return {"beta_last": last.get("beta"), **basic_numbers(summary, s), **kl}
+    return {"beta_last": last.get("beta"), **kl}
 
 
 def claims(runs: list[dict], s: dict) -> list[dict]:
     """The claims of the module docstring: ``const_small`` minus ``const_default``."""
-    def diff(key):
-        return paired(per_seed(runs, "const_small", key), per_seed(runs, "const_default", key))
-
     b0, b1 = f"{s['beta_default']:g}", f"{s['beta_small']:g}"
     return [
         paper_claim("beta.kl", f"A smaller beta ({b1}) moves the policy further from the "
                     f"reference than the default ({b0})", PAPER_BETA, f"mean over seeds of the "
                     f"KL to the reference at beta {b1} minus at beta {b0}, same seed, equal "
-                    f"updates", diff("kl"), +1, KL_DELTA, "nats", digits=2),
+                    f"updates", paired(runs, "const_small", "const_default", "kl"), +1, KL_DELTA,
+                    "nats", digits=2),
         paper_claim("beta.accuracy", f"A smaller beta ({b1}) raises held-out accuracy over the "
                     f"default ({b0})", PAPER_BETA, f"mean over seeds of the accuracy at beta {b1} "
-                    f"minus at beta {b0}, same seed, equal updates", diff("accuracy_after"),
-                    +1, GAIN_DELTA, "points", scale=100.0),
+                    f"minus at beta {b0}, same seed, equal updates",
+                    paired(runs, "const_small", "const_default", "accuracy_after"), +1,
+                    GAIN_DELTA, "points", scale=100.0),
     ]

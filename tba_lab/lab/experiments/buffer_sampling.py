@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (FULL_UPDATES, GAIN_DELTA, PAPER, basic_numbers,
-                                            batch_settings, core_overrides, fixed, load_run_policy,
-                                            one_thread, paired, paper_claim, pct, per_seed)
+from tba_lab.lab.experiments.common import (BATCH, FULL_UPDATES, GAIN_DELTA, PAPER, core_overrides,
+                                            fixed, load_run_policy, one_thread, paired, paper_claim,
+                                            pct, sized)
 
 NAME = "buffer"
 TITLE = "Replay-buffer sampling: recency m and reward prioritisation inv_temp"
@@ -35,13 +35,9 @@ PAPER_SAMPLING = ("abstract and Sec. 3-4: reward- and recency-prioritising buffe
 
 def settings(smoke: bool) -> dict:
     """m grid, the m values also run at inv_temp 1, run length, the diversity sample."""
-    if smoke:
-        return {"recency": [0.0, 0.8], "inv_temp_at": [0.8], "max_steps": 4, "eval_size": 50,
-                "max_minutes": 3.0, "diversity_prompts": 8, "diversity_k": 4,
-                **batch_settings(True)}
-    return {"recency": [0.0, 0.5, 0.8, 0.95], "inv_temp_at": [0.8], "max_steps": FULL_UPDATES,
-            "eval_size": 200, "max_minutes": 10.0, "diversity_prompts": 50, "diversity_k": 8,
-            **batch_settings(False)}
+    return sized(smoke, recency=([0.0, 0.8], [0.0, 0.5, 0.8, 0.95]), inv_temp_at=[0.8],
+                 max_steps=(4, FULL_UPDATES), eval_size=(50, 200), max_minutes=(3.0, 10.0),
+                 diversity_prompts=(8, 50), diversity_k=(4, 8), **BATCH)
 
 
 def _label(m: float, inv_temp: float) -> str:
@@ -65,7 +61,7 @@ def metrics(s: dict) -> dict:
 
 
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
-    """Basic numbers plus the diversity of the final policy's samples."""
+    """The buffer's settings and the diversity of the final policy's samples."""
     import torch
 
     from tba_lab.eval import sample_diversity
@@ -77,7 +73,7 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
                                s["diversity_k"], cfg.model.max_new_tokens, cfg.model.temperature)
     return {"recency_prob": cfg.buffer.recency_prob, "inv_temp": cfg.buffer.inv_temp,
             "share_over_k": share_over_k(run_dir / "buffer.pt", cfg.training.num_generations),
-            **basic_numbers(summary, s), **{f"div_{k}": v for k, v in div.items()}}
+            **{f"div_{k}": v for k, v in div.items()}}
 
 
 def share_over_k(buffer_path: Path, k: int) -> float | None:
@@ -94,9 +90,6 @@ def share_over_k(buffer_path: Path, k: int) -> float | None:
 
 def claims(runs: list[dict], s: dict) -> list[dict]:
     """The claims of the module docstring (no recency claim with one m)."""
-    def accuracy(m, inv_temp):
-        return per_seed(runs, _label(m, inv_temp), "accuracy_after")
-
     ms = sorted(s["recency"])
     out = []
     if len(ms) > 1:
@@ -104,12 +97,14 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
             "buffer.recency", f"Recency-prioritised sampling (m = {ms[-1]:g}) raises held-out "
             f"accuracy over uniform sampling (m = {ms[0]:g})", PAPER_SAMPLING,
             f"mean over seeds of the accuracy at m = {ms[-1]:g} minus at m = {ms[0]:g}, inv_temp "
-            f"0, same seed, equal updates", paired(accuracy(ms[-1], 0.0), accuracy(ms[0], 0.0)),
-            +1, GAIN_DELTA, "points", scale=100.0))
+            f"0, same seed, equal updates",
+            paired(runs, _label(ms[-1], 0), _label(ms[0], 0), "accuracy_after"), +1, GAIN_DELTA,
+            "points", scale=100.0))
     for m in [m for m in s["inv_temp_at"] if m in ms]:
         out.append(paper_claim(
             f"buffer.reward_m{m:g}", f"Reward-prioritised sampling (inv_temp 1) raises held-out "
             f"accuracy over inv_temp 0 at m = {m:g}", PAPER_SAMPLING, f"mean over seeds of the "
             f"accuracy at inv_temp 1 minus at inv_temp 0, m = {m:g}, same seed, equal updates",
-            paired(accuracy(m, 1.0), accuracy(m, 0.0)), +1, GAIN_DELTA, "points", scale=100.0))
+            paired(runs, _label(m, 1), _label(m, 0), "accuracy_after"), +1, GAIN_DELTA, "points",
+            scale=100.0))
     return out

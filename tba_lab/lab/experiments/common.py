@@ -42,10 +42,8 @@ def spread(values) -> dict:
     target never reached) are left out and counted in ``missing``."""
     values = list(values)
     nums = [float(v) for v in values if v is not None]
-    out = {"mean": None, "min": None, "max": None, "n": len(nums), "missing": len(values) - len(nums)}
-    if nums:
-        out.update(mean=sum(nums) / len(nums), min=min(nums), max=max(nums))
-    return out
+    return {"mean": sum(nums) / len(nums) if nums else None, "min": min(nums, default=None),
+            "max": max(nums, default=None), "n": len(nums), "missing": len(values) - len(nums)}
 
 
 def binomial_se_points(p: float, n: int) -> float:
@@ -102,20 +100,17 @@ def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "poi
     if n < 2:
         return out
     se = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n)
-    half = float(stats.t.ppf(0.975, n - 1)) * se
-    lo, hi = mean - half, mean + half
-    mde = (float(stats.t.ppf(0.975, n - 1)) + float(stats.t.ppf(0.8, n - 1))) * se
+    t975, t80 = (float(stats.t.ppf(q, n - 1)) for q in (0.975, 0.8))
+    lo, hi = mean - t975 * se, mean + t975 * se
+    within = -delta < lo and hi < delta
     if direction == 0:  # a claim of no change: an equivalence margin of +-delta
-        verdict = ("supported" if -delta < lo and hi < delta else
+        verdict = ("supported" if within else
                    "falsified" if lo >= delta or hi <= -delta else "inconclusive")
-    elif (lo > 0 and direction > 0) or (hi < 0 and direction < 0):
-        verdict = "supported"
-    elif (hi < 0 and direction > 0) or (lo > 0 and direction < 0) or (-delta < lo and hi < delta):
-        verdict = "falsified"
     else:
-        verdict = "inconclusive"
-    out.update(ci_low=lo * scale, ci_high=hi * scale, min_detectable_effect=mde * scale,
-               verdict=verdict)
+        low, high = sorted((lo * direction, hi * direction))  # the predicted side made positive
+        verdict = "supported" if low > 0 else "falsified" if high < 0 or within else "inconclusive"
+    out.update(ci_low=lo * scale, ci_high=hi * scale,
+               min_detectable_effect=(t975 + t80) * se * scale, verdict=verdict)
     return out
 
 
@@ -157,24 +152,21 @@ def per_seed(runs: list[dict], variant: str, key) -> dict:
     return {r["seed"]: get(r) for r in runs if r["variant"] == variant}
 
 
-def paired(treated: dict, control: dict, f=lambda t, c: t - c) -> dict:
-    """``{seed: f(treated[seed], control[seed])}`` over the seeds of either; None where a seed
-    lacks one side or either value is None."""
-    seeds = list(dict.fromkeys([*treated, *control]))
-    return {s: None if treated.get(s) is None or control.get(s) is None
-            else f(treated[s], control[s]) for s in seeds}
+def paired(runs: list[dict], treated: str, control: str, key, f=lambda t, c: t - c) -> dict:
+    """``{seed: f(treated's value, control's value)}`` of two variants' runs (:func:`per_seed`
+    of ``key``) over the seeds of either; None where a seed lacks one side or a value."""
+    t, c = per_seed(runs, treated, key), per_seed(runs, control, key)
+    return {s: None if t.get(s) is None or c.get(s) is None else f(t[s], c[s])
+            for s in dict.fromkeys([*t, *c])}
 
 
 def claim_lines(claims: list[dict]) -> list[str]:
     """One :func:`claim_sentence` per claim (naming the seeds left out and why), then
     :data:`VERDICT_RULE` once; nothing without claims."""
-    out = []
-    for c in claims:
-        line = claim_sentence(c, c.get("digits", 1))
-        if c.get("missing_seeds"):
-            line += (f" Left out: seed(s) {', '.join(map(str, c['missing_seeds']))} "
-                     f"({c['missing_reason'] or 'no value'}).")
-        out.append(line)
+    out = [claim_sentence(c, c.get("digits", 1)) + (
+        f" Left out: seed(s) {', '.join(map(str, c['missing_seeds']))} "
+        f"({c['missing_reason'] or 'no value'})." if c.get("missing_seeds") else "")
+        for c in claims]
     return out + [VERDICT_RULE] if out else out
 
 
@@ -266,7 +258,7 @@ def check_seeds(seeds) -> list[int]:
     """The seeds as distinct ints. Raises :class:`ExperimentError` naming ``--seeds``."""
     from tba_lab.config import SEED_MAX
 
-    seeds = list(seeds) if seeds is not None else []
+    seeds = list(seeds)
     if not seeds:
         raise ExperimentError("seeds is empty: give at least one seed, e.g. --seeds 0 1 2 "
                               "(three or more for a spread)")
@@ -291,25 +283,36 @@ def core_overrides(s: dict) -> dict:
                      "eval_every_seconds": float(s.get("eval_every", 0))}}
 
 
-def batch_settings(smoke: bool) -> dict:
-    """Batch and fill: the kit's defaults (B = 16 x K = 8, 256 rollouts) or SMOKE's (8 x 4, 32)."""
-    if smoke:
-        return {"prompts": 8, "generations": 4, "initial_fill": 32}
-    return {"prompts": 16, "generations": 8, "initial_fill": 256}
+def sized(smoke: bool, **values) -> dict:
+    """A preset's settings from ``KEY=(SMOKE value, full value)`` pairs side by side; any other
+    value is the same in both."""
+    return {k: v[0 if smoke else 1] if isinstance(v, tuple) else v for k, v in values.items()}
+
+
+# Batch and fill: SMOKE's (B = 8 x K = 4, 32 rollouts) or the kit's defaults (16 x 8, 256)
+BATCH = {"prompts": (8, 16), "generations": (4, 8), "initial_fill": (32, 256)}
+
+
+def held_out(summary: dict) -> dict:
+    """A run's held-out ``metrics`` (the headline first, default accuracy), each ``before``
+    and ``after`` training, and the headline's ``gain`` (None where either is missing)."""
+    metrics = list(summary.get("held_out_metrics") or ["accuracy"])
+    before, after = ({m: summary.get(f"{m}_{when}") for m in metrics}
+                     for when in ("before", "after"))
+    first, last = before[metrics[0]], after[metrics[0]]
+    return {"metrics": metrics, "before": before, "after": after,
+            "gain": None if None in (first, last) else last - first}
 
 
 def basic_numbers(summary: dict, s: dict) -> dict:
-    """What every run reports from its ``summary.json``: accuracy before and after, gain,
-    staleness, updates, rates per minute, and whether the time cap cut it short (``capped``)."""
-    before, after = summary.get("accuracy_before"), summary.get("accuracy_after")
+    """What every run reports from its ``summary.json`` (the runner adds it to every row):
+    :func:`held_out`, accuracy before and after, staleness, updates, rates per minute, and
+    whether the time cap cut it short (``capped``)."""
     wall = float(summary.get("wall_seconds") or 0.0)
     steps = int(summary.get("trainer_steps") or 0)
-    return {"accuracy_before": before, "accuracy_after": after,
-            "gain": None if before is None or after is None else after - before,
-            "staleness_mean": summary.get("staleness_mean"),
-            "staleness_max": summary.get("staleness_max"),
-            "trainer_steps": steps, "wall_seconds": wall,
-            "updates_per_minute": summary.get("updates_per_minute"),
+    return {**held_out(summary), **{k: summary.get(k) for k in (
+                "accuracy_before", "accuracy_after", "staleness_mean", "staleness_max",
+                "updates_per_minute")}, "trainer_steps": steps, "wall_seconds": wall,
             "samples_per_minute": 60.0 * summary.get("samples_generated", 0) / wall if wall else None,
             "capped": bool(s.get("max_steps")) and steps < int(s["max_steps"])}
 

@@ -16,15 +16,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from tba_lab.lab.experiments.common import (GAIN_DELTA, RATE_DELTA, ExperimentError, fixed, paired,
-                                            paper_claim, pct, per_seed, points)
+from tba_lab.lab.experiments.common import (BATCH, GAIN_DELTA, RATE_DELTA, ExperimentError, fixed,
+                                            held_out, paired, paper_claim, pct, points,
+                                            sized)
 
 NAME = "default"
 TITLE = "The default run: `tba-lab train` over seeds"
@@ -46,12 +46,10 @@ def settings(smoke: bool, minimal: bool = False) -> dict:
     ``python -m tba_lab.minimal`` (arithmetic only); ``minutes`` and ``eval_size``: None keeps
     the config's (9 minutes, 500 problems); ``report_to``: this checkout's runs only (the other
     may predate the option)."""
-    if smoke:
-        return {"task": "arithmetic", "other": "", "minimal": minimal, "minutes": 0.2,
-                "eval_size": 20, "prompts": 8, "generations": 4, "initial_fill": 32,
-                "report_to": []}
     return {"task": "arithmetic", "other": "", "minimal": minimal,
-            "minutes": 3.0 if minimal else None, "eval_size": None, "report_to": []}
+            "minutes": 0.2 if smoke else 3.0 if minimal else None,
+            "eval_size": 20 if smoke else None, **(sized(True, **BATCH) if smoke else {}),
+            "report_to": []}
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:
@@ -121,36 +119,25 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
     return json.loads((run_dir / "summary.json").read_text()), read_jsonl_rows(run_dir / "eval.jsonl")
 
 
-MINIMAL_LINE = re.compile(r"held-out accuracy (?P<before>[\d.]+)% -> (?P<after>[\d.]+)% in "
-                          r"(?P<steps>\d+) updates, (?P<seconds>\d+) s \((?P<samples>\d+) samples, "
-                          r"staleness mean (?P<staleness>[\d.]+)\)")
-
-
 def run_minimal(run_dir: Path, seed: int, s: dict) -> dict:
     """One ``python -m tba_lab.minimal`` process with the run's budget, seed and held-out size;
-    its output to ``run_dir/output.txt``, the summary read from its last line
-    (:data:`MINIMAL_LINE`) to ``run_dir/summary.json``.
+    its output to ``run_dir/output.txt``, the dict its ``main`` returns (its last line, as JSON)
+    as the run's ``summary.json``.
 
     Raises:
-        subprocess.CalledProcessError: the run failed; ValueError: ``task`` is not arithmetic,
-        or the last line cannot be read."""
+        subprocess.CalledProcessError: the run failed; ValueError: ``task`` is not arithmetic."""
     if s["task"] != "arithmetic":
         raise ValueError(f"task={s['task']!r}: tba_lab.minimal trains on arithmetic only")
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "tba_lab.minimal", "--seed", str(seed),
+    cmd = [sys.executable, "-c", "import json, sys; from tba_lab.minimal import main; "
+           "print(json.dumps(main(sys.argv[1:])))", "--seed", str(seed),
            "--minutes", str(s["minutes"] or 3.0), "--eval-size", str(s["eval_size"] or 500)]
     done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(HERE)}, cwd=HERE, check=True,
                           capture_output=True, text=True)
     (run_dir / "output.txt").write_text(done.stdout + done.stderr)
-    m = MINIMAL_LINE.search(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
-    if m is None:
-        raise ValueError(f"tba_lab.minimal's last line is not a summary (see {run_dir / 'output.txt'})")
-    steps, seconds = int(m["steps"]), float(m["seconds"])
-    summary = {"held_out_metrics": ["accuracy"], "accuracy_before": float(m["before"]) / 100,
-               "accuracy_after": float(m["after"]) / 100, "trainer_steps": steps,
-               "updates_per_minute": 60 * steps / seconds if seconds else None,
-               "samples_generated": int(m["samples"]), "staleness_mean": float(m["staleness"]),
-               "staleness_max": None, "wall_seconds": seconds}
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    summary = {**out, "held_out_metrics": ["accuracy"], "staleness_max": None,
+               "updates_per_minute": 60 * out["trainer_steps"] / out["wall_seconds"]}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -165,52 +152,44 @@ def metrics(s: dict) -> dict:
             "staleness_mean": ("staleness (updates)", fixed(1))}
 
 
-def _gain(r: dict) -> float | None:
-    """The headline metric's gain of a row."""
-    head = r["metrics"][0]
-    before, after = r["before"].get(head), r["after"].get(head)
-    return None if None in (before, after) else after - before
-
-
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
-    """Held-out metrics before and after (the headline first), the headline's gain, updates,
-    rates, staleness, and the median update and reference-pass seconds (the first left out)."""
+    """The headline metric after training and the median update and reference-pass seconds
+    (the first left out); held-out metrics, the headline's gain, rates: the runner's."""
     from tba_lab.runlog import read_jsonl_rows
 
-    path = Path(run_dir) / "metrics.jsonl"
-    rows = read_jsonl_rows(path)[1:] if path.is_file() else []
-    metrics = list(summary.get("held_out_metrics") or ["accuracy"])
-    row = {"metrics": metrics, "before": {m: summary.get(f"{m}_before") for m in metrics},
-           "after": {m: summary.get(f"{m}_after") for m in metrics},
-           **{k: summary.get(k) for k in ("trainer_steps", "updates_per_minute",
-                                          "samples_generated", "staleness_mean", "staleness_max")},
-           **{k: statistics.median(r.get(k, 0.0) for r in rows) if rows else None
-              for k in ("update_seconds", "reference_seconds")}}
-    return {**row, "headline_after": row["after"][metrics[0]], "gain": _gain(row)}
+    rows = read_jsonl_rows(Path(run_dir) / "metrics.jsonl")[1:]
+    h = held_out(summary)
+    return {"headline_after": h["after"][h["metrics"][0]],
+            **{k: statistics.median(r.get(k, 0.0) for r in rows) if rows else None
+               for k in ("update_seconds", "reference_seconds")}}
 
 
 def claims(runs: list[dict], s: dict) -> list[dict]:
-    """The claims of no change of the module docstring (rows of :func:`measure`)."""
+    """The claims of no change of the module docstring (gains from each row's summary: the
+    rows stored before the runner recorded ``gain`` have none)."""
     head = HEADLINE.get(s["task"], "accuracy")
-    gain = {v: per_seed(runs, v, _gain) for v in ("this", "other", "minimal")}
+    ran = {r["variant"] for r in runs}
+
+    def gain(r):
+        return held_out(r["summary"])["gain"]
+
     out = []
-    if gain["this"] and gain["other"]:  # a checkout should keep the run's gain and rate
+    if {"this", "other"} <= ran:  # a checkout should keep the run's gain and rate
         out.append(paper_claim(
             "default.gain", f"This checkout's default run gains as much {head} as `{s['other']}`'s",
             "the kit's own claim (a change keeps the default run's learning)",
             f"{head} gain of this checkout minus the other's, per seed",
-            paired(gain["this"], gain["other"]), 0, GAIN_DELTA, "points", scale=100))
+            paired(runs, "this", "other", gain), 0, GAIN_DELTA, "points", scale=100))
         out.append(paper_claim(
             "default.updates_per_minute", f"This checkout makes as many updates per minute as "
             f"`{s['other']}`", "the kit's own claim (a change keeps the default run's speed)",
             "updates per minute of this checkout over the other's, minus 1, per seed",
-            paired(per_seed(runs, "this", "updates_per_minute"),
-                   per_seed(runs, "other", "updates_per_minute"), lambda t, o: t / o - 1),
+            paired(runs, "this", "other", "updates_per_minute", lambda t, o: t / o - 1),
             0, RATE_DELTA, "%", scale=100))
-    if gain["this"] and gain["minimal"]:
+    if {"this", "minimal"} <= ran:
         out.append(paper_claim(
             "minimal.gain", "`python -m tba_lab.minimal` (one file) gains as much as `tba-lab "
             "train`", "the kit's own claim (the one-file TBA learns as the library does)",
             f"{head} gain of minimal.py minus the library's, per seed",
-            paired(gain["minimal"], gain["this"]), 0, GAIN_DELTA, "points", scale=100))
+            paired(runs, "minimal", "this", gain), 0, GAIN_DELTA, "points", scale=100))
     return out

@@ -4,11 +4,9 @@ TB's loss regresses to a fixed target that stale data does not move (TBA, Sec. 3
 (Table 1) the baselines lose 3 to 10 points of win rate from on-policy to about 15 steps
 off-policy, where TBA reaches 0.86, each at its own tuned learning rate.
 
-The design (:data:`DESIGN`, printed in the report): the lag arms run
-:func:`tba_lab.lab.experiments.per_update.run` (rollouts exactly L updates old), each loss at
-its tuned settings (:data:`TUNED`, from ``tba-lab experiment tune``); the async arms are the
-real trainer publishing every k = 2 updates of 120, placing real asynchrony on the same nats
-axis (``behaviour_kl``). Estimand: D = TB's drop - GRPO's drop, per seed, predicted < 0.
+The design is :data:`DESIGN` (printed in the report): the lag arms run
+:func:`tba_lab.lab.experiments.per_update.run`, each loss at its :data:`TUNED` settings (from
+``tba-lab experiment tune``); the async arms, the real trainer.
 """
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from tba_lab.config import merge
 from tba_lab.lab.experiments import per_update
 from tba_lab.lab.experiments.common import (GAIN_DELTA, PAPER, VERDICT_RULE, ExperimentError,
                                             core_overrides, fixed, paper_claim, pct, per_seed,
-                                            train_run)
+                                            sized, train_run)
 
 NAME = "off_policy"
 TITLE = "Off-policy robustness: accuracy lost to stale data, TB against GRPO"
@@ -26,7 +24,6 @@ CLAIM = (f"{PAPER}, abstract, Sec. 3 and Table 1: TB's loss (Eq. 3-5) is valid o
          f"TB keeps its accuracy when it trains on rollouts of old weights (Table 1: TBA at about "
          f"15 steps off-policy matches the on-policy baselines, which lose 3 to 10 points of win "
          f"rate at that staleness).")
-DELTA = GAIN_DELTA  # 3 points: the baselines' smallest loss in Table 1 (Online DPO, 0.85 -> 0.82)
 SEEDS = (0, 1, 2, 3, 4)  # reporting seeds; the tuning seeds (100, 101) are kept apart
 # Each loss's own learning rate (and TB's beta), the winners of `tba-lab experiment tune`
 # (docs/results/tune/: fresh data, 60 updates, accuracy on 1000 held-out problems).
@@ -38,7 +35,7 @@ DESIGN = [
     "Estimand: per seed, an arm's accuracy is the mean greedy held-out accuracy at the "
     "evaluations after update 0; drop = accuracy at L = 0 minus at L = 15; D = TB's drop - "
     "GRPO's drop, predicted < 0.",
-    f"Smallest effect of interest: {100 * DELTA:.0f} points. {VERDICT_RULE}",
+    f"Smallest effect of interest: {100 * GAIN_DELTA:.0f} points. {VERDICT_RULE}",
     "The async runs (weights published every k updates, k under 2% of the run) are not part "
     "of D: they place real asynchrony on the axis of behaviour_kl (nats per response).",
 ]
@@ -56,13 +53,10 @@ DEPARTURES = [
 
 def settings(smoke: bool) -> dict:
     """The design's numbers (SMOKE: L in {0, 2}, 4 updates, 50 problems, small batches)."""
-    if smoke:
-        return {"algos": ["tb", "grpo"], "lags": [0, 2], "updates": 4, "eval_every": 2,
-                "eval_size": 50, "prompts": 8, "generations": 4, "sync_period": 1,
-                "sync_updates": 4, "initial_fill": 32, "max_minutes": 3.0}
-    return {"algos": ["tb", "grpo"], "lags": [0, 15], "updates": 60, "eval_every": 20,
-            "eval_size": 1000, "prompts": 16, "generations": 8, "sync_period": 2,
-            "sync_updates": 120, "initial_fill": 256, "max_minutes": 10.0}
+    return sized(smoke, algos=["tb", "grpo"], lags=([0, 2], [0, 15]), updates=(4, 60),
+                 eval_every=(2, 20), eval_size=(50, 1000), prompts=(8, 16), generations=(4, 8),
+                 sync_period=(1, 2), sync_updates=(4, 120), initial_fill=(32, 256),
+                 max_minutes=(3.0, 10.0))
 
 
 def _tuned(algo: str, s: dict) -> dict:
@@ -92,16 +86,13 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
     """A lag arm through :func:`per_update.run`, an async arm through the real trainer."""
     if "_async_" in variant:
         return train_run(overrides, run_dir, seed)
-    return per_update.run(variant, overrides, run_dir, seed,
-                          {"updates": s["updates"], "eval_every": s["eval_every"],
-                           "eval_size": s["eval_size"]})
+    return per_update.run(variant, overrides, run_dir, seed, s)
 
 
 def metrics(s: dict) -> dict:
     return {"accuracy": ("accuracy (lag arms: mean over the evaluations after update 0; async "
                          "arms: after training)", pct),
-            "behaviour_kl": ("behaviour KL per response (nats, mean over updates)", fixed(3)),
-            "clip_fraction": ("clip fraction (mean over updates)", fixed(3)),
+            **{k: per_update.metrics(s)[k] for k in ("behaviour_kl", "clip_fraction")},
             "staleness_mean": ("staleness (updates)", fixed(1))}
 
 
@@ -116,12 +107,11 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
                  for k in ("behaviour_kl", "clip_fraction")
                  for vs in [[m[k] for m in rows if m.get(k) is not None]]}
         return {"algo": algo, "arm": "async", "lag": None, "accuracy": summary.get("accuracy_after"),
-                "staleness_mean": summary.get("staleness_mean"), **terms}
-    after = [r["accuracy"] for r in read_jsonl_rows(Path(run_dir) / "eval.jsonl") if r["step"] > 0]
-    lag = int(variant.rsplit("stale", 1)[1])
-    return {"algo": algo, "arm": "lag", "lag": lag, "staleness_mean": float(lag),
-            "accuracy": sum(after) / len(after) if after else None,
-            **{k: summary.get(k) for k in ("behaviour_kl", "clip_fraction")}}
+                **terms}  # staleness: the runner's
+    r = per_update.measure(run_dir, summary, s, variant, runs)
+    return {"algo": algo, "arm": "lag", "lag": r["stale"], "staleness_mean": float(r["stale"]),
+            "accuracy": r["mean_after_first"],
+            **{k: r[k] for k in ("behaviour_kl", "clip_fraction")}}
 
 
 def claims(runs: list[dict], s: dict) -> list[dict]:
@@ -138,4 +128,4 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
         f"{big} updates stale", "Table 1 (TL;DR, Pythia-410M): TBA at about 15 steps "
         "off-policy keeps the on-policy win rate; the baselines lose 3 to 10 points",
         f"D = TB's drop - GRPO's drop from L = 0 to L = {big}, per seed",
-        {k: drop["tb"][k] - drop["grpo"][k] for k in seeds}, -1, DELTA, "points", scale=100)]
+        {k: drop["tb"][k] - drop["grpo"][k] for k in seeds}, -1, GAIN_DELTA, "points", scale=100)]

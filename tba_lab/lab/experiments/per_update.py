@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, ExperimentError, fixed, one_thread, pct)
+from tba_lab.lab.experiments.common import PAPER, ExperimentError, fixed, one_thread, pct, sized
 
 NAME = "per_update"
 TITLE = "What one trainer update is worth: staleness and replay set by hand"
@@ -48,16 +48,13 @@ TUNE_SEEDS = (100, 101)
 def settings(smoke: bool, tune: bool = False) -> dict:
     """``variants`` (named as in the module docstring), ``updates`` per run, evaluations, the
     batch; ``tune``: the sweep of :data:`TUNE_GRID`."""
-    batch = {"prompts": 8, "generations": 4} if smoke else {"prompts": 16, "generations": 8}
-    if smoke:
-        grid = ["tb_lr5e-5", "grpo_lr5e-5"] if tune else ["tb", "tb_stale1", "tb_reuse2"]
-        return {"variants": grid, "updates": 2, "eval_every": 2 if tune else 1, "eval_size": 8,
-                **batch}
     if tune:
-        return {"variants": list(TUNE_GRID), "updates": 60, "eval_every": 30, "eval_size": 1000,
-                **batch}
-    return {"variants": ["tb", "grpo", "tb_stale2", "tb_stale5", "tb_reuse2", "tb_lr1e-4"],
-            "updates": 40, "eval_every": 5, "eval_size": 200, **batch}
+        return sized(smoke, variants=(["tb_lr5e-5", "grpo_lr5e-5"], list(TUNE_GRID)),
+                     updates=(2, 60), eval_every=(2, 30), eval_size=(8, 1000), prompts=(8, 16),
+                     generations=(4, 8))
+    grid = ["tb", "grpo", "tb_stale2", "tb_stale5", "tb_reuse2", "tb_lr1e-4"]
+    return sized(smoke, variants=(["tb", "tb_stale1", "tb_reuse2"], grid), updates=(2, 40),
+                 eval_every=(1, 5), eval_size=(8, 200), prompts=(8, 16), generations=(4, 8))
 
 
 def parse_variant(name: str) -> tuple[dict, int, int]:
@@ -90,13 +87,12 @@ def variants(s: dict) -> list[tuple[str, dict]]:
     if s["updates"] < s["eval_every"] or s["eval_every"] < 1:
         raise ExperimentError(f"per_update: updates ({s['updates']}) must be >= eval_every "
                               f"({s['eval_every']}) >= 1")
-    out = []
-    for name in dict.fromkeys(s["variants"]):
-        over = merge(parse_variant(name)[0], {"training": {
-            "num_prompts_per_step": s["prompts"], "num_generations": s["generations"]}})
+    batch = {"training": {"num_prompts_per_step": s["prompts"],
+                          "num_generations": s["generations"]}}
+    plan = [(name, merge(parse_variant(name)[0], batch)) for name in dict.fromkeys(s["variants"])]
+    for _, over in plan:
         from_dict(over)
-        out.append((name, over))
-    return out
+    return plan
 
 
 def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: int,
@@ -113,8 +109,8 @@ def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: 
     from tba_lab.config import from_dict
     from tba_lab.eval import evaluate
     from tba_lab.models import load_policy
-    from tba_lab.registry import BACKENDS
     from tba_lab.rollout import rollout
+    from tba_lab.rollout.backend import make_backend
     from tba_lab.tasks import make_task
 
     default, stale, reuse = parse_variant(name)
@@ -124,8 +120,7 @@ def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: 
     sampler = load_policy(cfg.model.path)[0].eval()     # holds the (possibly stale) weights
     reference = load_policy(cfg.model.path)[0].eval()
     task, algorithm = make_task(cfg), make_algorithm(cfg)
-    backend_cls = BACKENDS.get(cfg.model.backend)
-    policy_backend, sampler_backend = (backend_cls.build(cfg, m, tok) for m in (policy, sampler))
+    policy_backend, sampler_backend = (make_backend(cfg, m, tok) for m in (policy, sampler))
     held_out, train = task.load("test")[:eval_size], task.load("train")
     order = list(range(len(train)))
     random.Random(seed).shuffle(order)
@@ -174,8 +169,10 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
         r = run_variant(variant, seed, s["updates"], s["eval_every"], s["eval_size"], overrides)
     evals = [{"step": n, "wall_seconds": None, "accuracy": a, "n": s["eval_size"]}
              for n, a in r["evals"]]
+    later = [a for _, a in r["evals"][1:]]  # the evaluations after update 0
     summary = {"seed": seed, "trainer_steps": s["updates"], "wall_seconds": r["seconds"],
                "accuracy_before": evals[0]["accuracy"], "accuracy_after": evals[-1]["accuracy"],
+               "mean_after_first": sum(later) / len(later) if later else None,
                **{k: r[k] for k in ("behaviour_kl", "clip_fraction") if k in r}}
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -193,16 +190,8 @@ def metrics(s: dict) -> dict:
 
 
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
-    """Staleness, replay, the accuracies of :func:`metrics` and the loss's terms."""
-    from tba_lab.runlog import read_jsonl_rows
-
+    """Staleness, replay, the accuracies of :func:`metrics` and the loss's terms (no claims:
+    a benchmark read from its table; ``off_policy`` tests the claim)."""
     _, stale, reuse = parse_variant(variant)
-    later = [e["accuracy"] for e in read_jsonl_rows(Path(run_dir) / "eval.jsonl") if e["step"] > 0]
-    return {"stale": stale, "reuse": reuse, "accuracy_after": summary["accuracy_after"],
-            "mean_after_first": sum(later) / len(later) if later else None,
-            **{k: summary.get(k) for k in ("behaviour_kl", "clip_fraction")}}
-
-
-def claims(runs: list[dict], s: dict) -> list[dict]:
-    """None: a benchmark read from its table (``off_policy`` tests the claim)."""
-    return []
+    return {"stale": stale, "reuse": reuse, **{k: summary.get(k) for k in (
+        "accuracy_after", "mean_after_first", "behaviour_kl", "clip_fraction")}}

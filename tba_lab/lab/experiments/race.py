@@ -23,13 +23,15 @@ attack diversity (0.03, about a tenth of the starting attacker's).
 from __future__ import annotations
 
 import importlib.util
+import math
 import types
 from pathlib import Path
 
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, RATE_DELTA, ExperimentError, batch_settings,
-                                            core_overrides, fixed, paired, paper_claim, pct,
-                                            per_seed, points, time_to_target, train_run)
+from tba_lab.lab.experiments.common import (BATCH, PAPER, RATE_DELTA, ExperimentError,
+                                            core_overrides, fixed, held_out, paired, paper_claim,
+                                            pct, per_seed, points, sized, time_to_target,
+                                            train_run)
 
 NAME = "race"
 TITLE = "The race: async TBA against sync TB, GRPO and TRL at equal wall clock"
@@ -72,12 +74,10 @@ def settings(smoke: bool, task: str = "arithmetic", legs=None) -> dict:
     every ``eval_every`` s (``race``: as weight copies evaluated after the budget,
     ``defer_eval``; time to ``target`` accuracy). SMOKE keeps the legs and shrinks the rest."""
     if task == "arithmetic":
-        return {"legs": list(legs or "abcde"), "minutes": 0.2 if smoke else 2.0,
-                "eval_every": 4.0 if smoke else 15.0, "eval_size": 20 if smoke else 1000,
-                "defer_eval": True, "target": 0.40, **batch_settings(smoke)}
-    return {"task": task, "legs": list(legs or "cdg"), "minutes": 0.25 if smoke else 2.0,
-            "eval_every": 5.0 if smoke else 30.0, "eval_size": 20 if smoke else 200,
-            **batch_settings(smoke)}
+        return sized(smoke, legs=list(legs or "abcde"), minutes=(0.2, 2.0), eval_every=(4.0, 15.0),
+                     eval_size=(20, 1000), defer_eval=True, target=0.40, **BATCH)
+    return sized(smoke, task=task, legs=list(legs or "cdg"), minutes=(0.25, 2.0),
+                 eval_every=(5.0, 30.0), eval_size=(20, 200), **BATCH)
 
 
 def metrics_of(task: str) -> tuple[str, str]:
@@ -131,11 +131,7 @@ def metrics(s: dict) -> dict:
 
 def checkpoints(minutes: float, eval_every: float) -> list[float]:
     """Seconds of the interim evaluations: every ``eval_every`` s strictly inside the budget."""
-    budget, out, i = 60 * minutes, [], 1
-    while eval_every * i < budget - 1e-9:
-        out.append(eval_every * i)
-        i += 1
-    return out
+    return [eval_every * i for i in range(1, math.ceil((60 * minutes - 1e-9) / eval_every))]
 
 
 def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
@@ -163,26 +159,17 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
 
 
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
-    """The leg's updates, rates (per minute of its own wall clock) and staleness; the arithmetic
-    race's accuracy before and after; a task race's every held-out metric of every evaluation,
-    before and after, and the headline's gain."""
-    from tba_lab.runlog import read_jsonl_rows
-
-    wall = max(summary["wall_seconds"], 1e-9)
-    row = {"updates": summary["trainer_steps"], "wall_seconds": summary["wall_seconds"],
-           "updates_per_minute": 60 * summary["trainer_steps"] / wall,
-           "samples_per_minute": 60 * summary["samples_generated"] / wall,
-           **{k: summary.get(k) for k in ("samples_generated", "accuracy_before",
-                                          "accuracy_after", "staleness_mean", "staleness_max")}}
+    """The leg's updates and their rate per minute of its own wall clock (TRL's summary has no
+    rate); a task race's held-out metrics before and after (:func:`held_out`), the headline's
+    gain and the trade-off at the end. Accuracy, samples per minute, staleness: the runner's."""
+    steps = summary["trainer_steps"]
+    row = {"updates": steps, "updates_per_minute": 60 * steps / max(summary["wall_seconds"], 1e-9)}
     if "task" not in s:
         return row
     head, trade = metrics_of(s["task"])
-    before = {m: summary.get(f"{m}_before") for m in summary.get("held_out_metrics", [])}
-    after = {m: summary.get(f"{m}_after") for m in summary.get("held_out_metrics", [])}
-    return {**row, "evals": read_jsonl_rows(Path(run_dir) / "eval.jsonl"), "before": before,
-            "after": after, f"{head}_after": after.get(head), f"{trade}_after": after.get(trade),
-            f"{head}_gain": None if None in (before.get(head), after.get(head))
-            else after[head] - before[head]}
+    h = held_out(summary)
+    return {**row, "before": h["before"], "after": h["after"], f"{head}_gain": h["gain"],
+            **{f"{m}_after": h["after"].get(m) for m in (head, trade)}}
 
 
 def claims(runs: list[dict], s: dict) -> list[dict]:
@@ -197,19 +184,21 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
     if not runs:
         return []
     target = s["target"]
-    upm = {leg: per_seed(runs, leg, lambda r: 60 * r["updates"] / max(r["wall_seconds"], 1e-9)
-                         if r["updates"] else None) for leg in "bc"}
-    ttt = {leg: per_seed(runs, leg, lambda r: time_to_target(r["evals"], target)) for leg in "bc"}
+
+    def upm(r):
+        return 60 * r["updates"] / max(r["wall_seconds"], 1e-9) if r["updates"] else None
+
     return [
         paper_claim("race.updates_per_minute", "Async TBA makes more trainer updates per minute "
                     "than sync TB", PAPER_SPEED, "mean over seeds of (c) async TBA's updates/min "
                     "over (b) sync TB's minus 1, same seed, same wall-clock budget",
-                    paired(upm["c"], upm["b"], lambda c, b: c / b - 1), +1, RATE_DELTA,
+                    paired(runs, "c", "b", upm, lambda c, b: c / b - 1), +1, RATE_DELTA,
                     "% relative to sync TB", scale=100.0),
         paper_claim("race.time_to_target", f"Async TBA reaches {pct(target, 0)} held-out "
                     f"accuracy sooner than sync TB", PAPER_SPEED, f"mean over seeds of (c)'s "
                     f"time to {pct(target, 0)} minus (b)'s, interpolated between evaluations",
-                    paired(ttt["c"], ttt["b"]), -1, float(s["eval_every"]), "s", scale=1.0,
+                    paired(runs, "c", "b", lambda r: time_to_target(r["evals"], target)), -1,
+                    float(s["eval_every"]), "s", scale=1.0,
                     digits=0, missing_reason=f"async TBA or sync TB never reached "
                                              f"{pct(target, 0)} within the budget"),
     ]
@@ -218,15 +207,16 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
 def _task_claims(runs: list[dict], task: str) -> list[dict]:
     metrics_of(task)
     *_, metric, delta, unit, scale, digits, paper = TASKS[task]
-    end = {leg: per_seed(runs, leg, lambda r: r["after"].get(metric)) for leg in LEGS}
-    if not end["c"]:
+    legs = {r["variant"] for r in runs}
+    if "c" not in legs:
         return []
     return [paper_claim(
         f"{task}.{metric}.c-{leg}", f"TB's {metric} at the end is above {LEGS[leg][0]}'s", paper,
         f"mean over seeds of (c) async TBA's held-out {metric} at the end of the budget minus "
-        f"({leg}) {LEGS[leg][0]}'s, same seed", paired(end["c"], end[leg]), +1, delta, unit,
-        scale, digits, missing_reason=f"a leg has no {metric} at the end")
-        for leg in LEGS if leg not in TB_LEGS and end[leg]]
+        f"({leg}) {LEGS[leg][0]}'s, same seed",
+        paired(runs, "c", leg, lambda r: r["after"].get(metric)), +1, delta, unit, scale, digits,
+        missing_reason=f"a leg has no {metric} at the end")
+        for leg in LEGS if leg not in TB_LEGS and leg in legs]
 
 
 # The task races: the functions above with their own title, claim and departures.

@@ -14,9 +14,8 @@ from pathlib import Path
 
 from tba_lab.actors.placement import available_cores
 from tba_lab.config import merge
-from tba_lab.lab.experiments.common import (PAPER, RATE_DELTA, basic_numbers, batch_settings,
-                                            core_overrides, fixed, paired, paper_claim, pct,
-                                            per_seed)
+from tba_lab.lab.experiments.common import (BATCH, PAPER, RATE_DELTA, core_overrides, fixed, paired,
+                                            paper_claim, pct, sized)
 
 NAME = "scaling"
 TITLE = "Searcher scaling: wall-clock time to a target accuracy"
@@ -35,11 +34,8 @@ PAPER_SEARCHERS = ("abstract and Sec. 4: searchers on GPUs of their own scale da
 
 
 def settings(smoke: bool) -> dict:
-    if smoke:
-        return {"searchers": [1, 2], "train_seconds": 8.0, "eval_every": 3.0, "eval_size": 50,
-                "target": 0.40, **batch_settings(True)}
-    return {"searchers": [1, 2, 4], "train_seconds": 90.0, "eval_every": 15.0, "eval_size": 200,
-            "target": 0.40, **batch_settings(False)}
+    return sized(smoke, searchers=([1, 2], [1, 2, 4]), train_seconds=(8.0, 90.0),
+                 eval_every=(3.0, 15.0), eval_size=(50, 200), target=0.40, **BATCH)
 
 
 def variants(s: dict) -> list[tuple[str, dict]]:
@@ -63,13 +59,13 @@ def _finite(x):
 
 
 def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> dict:
-    """Basic numbers, measured durations, and the simulator's prediction from the durations of
-    this seed's run with the fewest searchers."""
+    """Measured durations, and the simulator's prediction from the durations of this seed's
+    run with the fewest searchers."""
     from tba_lab.lab.simulate import run_timings, simulate_run
 
     t = run_timings(run_dir)
-    row = {"searchers": int(t["num_searchers"]), **basic_numbers(summary, s),
-           "timings": {k: _finite(v) for k, v in t.items()}, "predicted_steady_upm": None}
+    row = {"searchers": int(t["num_searchers"]), "predicted_steady_upm": None,
+           "timings": {k: _finite(v) for k, v in t.items()}}
     same_seed = [r for r in runs if r["seed"] == summary["seed"]] + [row]
     base = min(same_seed, key=lambda r: r["searchers"])["timings"]
     bt = {k: float("nan") if v is None else v for k, v in base.items()}
@@ -82,17 +78,12 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
 def claims(runs: list[dict], s: dict) -> list[dict]:
     """The claims of the module docstring; a seed whose base run made none gives no ratio."""
     ns = sorted(s["searchers"])
-    out = []
-    for n in ns[1:]:
-        for key, what in (("updates_per_minute", "trainer updates"),
-                          ("samples_per_minute", "samples generated")):
-            base = {k: v or None for k, v in per_seed(runs, f"n{ns[0]}", key).items()}
-            out.append(paper_claim(
-                f"scaling.{key}.n{n}", f"{n} searchers make more {what} per minute than {ns[0]}",
-                PAPER_SEARCHERS, f"mean over seeds of the {n}-searcher run's {what} per minute "
-                f"over the {ns[0]}-searcher run's minus 1, same seed, same wall-clock budget",
-                paired(per_seed(runs, f"n{n}", key), base, lambda a, b: a / b - 1), +1,
-                RATE_DELTA, f"% relative to {ns[0]} searcher{'s' if ns[0] > 1 else ''}",
-                scale=100.0,
-                missing_reason="a run is missing, or the one with fewer searchers made none"))
-    return out
+    return [paper_claim(
+        f"scaling.{key}.n{n}", f"{n} searchers make more {what} per minute than {ns[0]}",
+        PAPER_SEARCHERS, f"mean over seeds of the {n}-searcher run's {what} per minute over the "
+        f"{ns[0]}-searcher run's minus 1, same seed, same wall-clock budget",
+        paired(runs, f"n{n}", f"n{ns[0]}", key, lambda a, b: a / b - 1 if b else None), +1,
+        RATE_DELTA, f"% relative to {ns[0]} searcher{'s' if ns[0] > 1 else ''}", scale=100.0,
+        missing_reason="a run is missing, or the one with fewer searchers made none")
+        for n in ns[1:] for key, what in (("updates_per_minute", "trainer updates"),
+                                          ("samples_per_minute", "samples generated"))]
