@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tba_lab.config import check, check_choice
+from tba_lab.config import check, check_choice, section_key
 from tba_lab.losses import (GRPO_LOSS_TYPES, KL_ESTIMATORS, SCALE_REWARDS, TB_LOSS_TYPES,
                             behaviour_kl, beta_schedule, group_advantages, grpo_loss,
                             online_dpo_loss, rloo_advantages, rloo_loss, sequence_logprobs,
@@ -173,7 +173,7 @@ class Algorithm:
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.options = cfg.section(self.section or self.name) if self.config_class else None
+        self.options = cfg.section(section_key(self)) if self.config_class else None
 
     @classmethod
     def check_config(cls, cfg) -> None:

@@ -96,8 +96,9 @@ class AsyncConfig:
 _REGISTRIES = (ALGORITHMS, TASKS, BACKENDS, LAUNCHERS)
 
 
-def _section_key(cls) -> str:
-    """The YAML section of a registered class's options: its ``section``, else its ``name``."""
+def section_key(cls) -> str:
+    """The YAML section of a registered class's (or instance's) options: its ``section``, else
+    its ``name``."""
     return getattr(cls, "section", None) or cls.name
 
 
@@ -119,7 +120,7 @@ def section_classes() -> dict[str, type]:
             config_class = getattr(cls, "config_class", None)
             if config_class is None:
                 continue
-            key = _section_key(cls)
+            key = section_key(cls)
             if key in _RESERVED:
                 raise ConfigError(f"{cls.__name__}'s options section {key!r} is a core config "
                                   f"key; set its `section` to another name")
@@ -191,7 +192,7 @@ class RunConfig:
         chosen = set()
         for registry, value in _chosen(self):
             if value in registry:
-                chosen.add(_section_key(registry.get(value)))
+                chosen.add(section_key(registry.get(value)))
         classes = section_classes()
         data.update({k: v for k, v in sections.items()
                      if k in chosen or k not in classes
@@ -402,11 +403,12 @@ def read_yaml_data(path: str | Path) -> dict:
     return data or {}
 
 
-def write_yaml(cfg: RunConfig, path: str | Path) -> None:
-    """Write ``cfg`` as YAML that :func:`load_yaml` reads back to an equal config."""
+def write_yaml(cfg: RunConfig, path: str | Path, header: str = "") -> None:
+    """Write ``cfg`` as YAML that :func:`load_yaml` reads back to an equal config, after
+    ``header`` (comment lines, each starting with ``#``)."""
     import yaml
 
-    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    Path(path).write_text(header + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
 # Core float options where +inf reads as "no limit" in the code that uses them (the same as 0
@@ -620,7 +622,7 @@ def unused_sections(cfg: RunConfig) -> list[str]:
         for name, cls in registry.classes().items():
             if getattr(cls, "config_class", None) is None:
                 continue
-            key = _section_key(cls)
+            key = section_key(cls)
             owners.setdefault(key, []).append(f"{registry.config_key}: {name}")
             if chosen[registry] == name:
                 used.add(key)

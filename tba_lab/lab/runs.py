@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from tba_lab.config import _section_key, load_yaml, read_yaml_data, write_yaml
+from tba_lab.config import load_yaml, read_yaml_data, section_key, write_yaml
 from tba_lab.registry import ALGORITHMS
 
 #: Settings columns of the runs table -> dotted key of the run's ``config.yaml``; ``{algo}`` is
@@ -88,7 +88,7 @@ def _status(run_dir: Path, summary: dict | None) -> str:
 
 def _algo_section(algo) -> str:
     """The config section of ``algo``'s options (its name if it is not registered now)."""
-    return _section_key(ALGORITHMS.get(algo)) if algo in ALGORITHMS else str(algo)
+    return section_key(ALGORITHMS.get(algo)) if algo in ALGORITHMS else str(algo)
 
 
 def list_runs(output_root: str | Path) -> list[dict]:
@@ -138,8 +138,7 @@ def export_config(run_dir: str | Path, path: str | Path | None = None,
     path = Path(path) if path is not None else run_dir / "export.yaml"
     header = (f"# settings of the run {run_dir.resolve()}, exported by tba_lab.lab.widgets\n"
               f"# train with:  tba-lab train --config {path}  (--max-minutes / --output-dir override)\n")
-    write_yaml(cfg, path)
-    path.write_text(header + path.read_text())
+    write_yaml(cfg, path, header)
     return path
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from tba_lab.config import merge as merge_overrides  # noqa: F401  (notebook 06)
-from tba_lab.config import short_run
+from tba_lab.config import section_key, short_run
 from tba_lab.lab import live
 from tba_lab.lab.reproduce import require
 from tba_lab.lab.runs import (STOPPED_FILE, _mark_stopped, _read_json, compare_runs,
@@ -46,7 +46,7 @@ def knob_overrides(algo: str = "tb", beta: float = 0.1, beta_final: float | None
     if algo not in ALGORITHMS:
         raise ValueError(f"algo={algo!r}: choose one of {list(ALGORITHMS.names())}")
     cls = ALGORITHMS.get(algo)
-    section = cls.section or cls.name
+    section = section_key(cls)
     options = {f.name for f in dataclasses.fields(cls.config_class)} if cls.config_class else set()
     out: dict = {"algo": algo,
                  "training": {"learning_rate": float(learning_rate),

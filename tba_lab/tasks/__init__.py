@@ -37,6 +37,7 @@ searchers and the evaluation see the same text.
 """
 from __future__ import annotations
 
+from tba_lab.config import section_key
 from tba_lab.registry import TASKS
 
 PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
@@ -65,7 +66,7 @@ class Task:
         self.cfg = cfg
         self.options = None
         if cfg is not None and self.config_class is not None:
-            self.options = cfg.section(self.section or self.name)
+            self.options = cfg.section(section_key(self))
 
     @classmethod
     def check_config(cls, cfg) -> None:
