@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import torch
 
-from tba_lab.config import check, check_choice, section_key
+from tba_lab.config import check, check_choice
 from tba_lab.losses import (GRPO_LOSS_TYPES, KL_ESTIMATORS, SCALE_REWARDS, TB_LOSS_TYPES,
                             behaviour_kl, beta_schedule, group_advantages, grpo_loss,
                             online_dpo_loss, rloo_advantages, rloo_loss, sequence_logprobs,
                             trajectory_balance_loss)
-from tba_lab.registry import ALGORITHMS
+from tba_lab.registry import ALGORITHMS, section_key
 from tba_lab.rollout.scoring import response_logprobs
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tba_lab.paths import DEFAULT_MODEL_DIR
-from tba_lab.registry import ALGORITHMS, BACKENDS, LAUNCHERS, TASKS
+from tba_lab.registry import ALGORITHMS, BACKENDS, LAUNCHERS, TASKS, section_key
 
 
 class ConfigError(ValueError):
@@ -94,12 +94,6 @@ class AsyncConfig:
 
 
 _REGISTRIES = (ALGORITHMS, TASKS, BACKENDS, LAUNCHERS)
-
-
-def section_key(cls) -> str:
-    """The YAML section of a registered class's (or instance's) options: its ``section``, else
-    its ``name``."""
-    return getattr(cls, "section", None) or cls.name
 
 
 def _chosen(cfg) -> tuple:

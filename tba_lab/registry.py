@@ -103,6 +103,12 @@ class Registry:
         return dict(self._entries)
 
 
+def section_key(cls) -> str:
+    """The YAML section of a registered class's (or instance's) options: its ``section``, else
+    its ``name``."""
+    return getattr(cls, "section", None) or cls.name
+
+
 def _same_class(old: type, new: type) -> bool:
     """A module imported again (``importlib.reload`` in a notebook) registers an equal class."""
     return (old.__module__, old.__qualname__) == (new.__module__, new.__qualname__)

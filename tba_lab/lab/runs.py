@@ -9,8 +9,8 @@ import json
 import re
 from pathlib import Path
 
-from tba_lab.config import load_yaml, read_yaml_data, section_key, write_yaml
-from tba_lab.registry import ALGORITHMS
+from tba_lab.config import load_yaml, read_yaml_data, write_yaml
+from tba_lab.registry import ALGORITHMS, section_key
 
 #: Settings columns of the runs table -> dotted key of the run's ``config.yaml``; ``{algo}`` is
 #: the chosen algorithm's own section (``tb``, ``grpo`` for grpo and dr_grpo, ...).

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 from tba_lab.config import merge as merge_overrides  # noqa: F401  (notebook 06)
-from tba_lab.config import section_key, short_run
+from tba_lab.config import short_run
 from tba_lab.lab import live
 from tba_lab.lab.reproduce import require
 from tba_lab.lab.runs import (STOPPED_FILE, _mark_stopped, _read_json, compare_runs,
                               comparison_html, export_config, list_runs, next_run_dir,
                               runs_table_html)
-from tba_lab.registry import ALGORITHMS
+from tba_lab.registry import ALGORITHMS, section_key
 from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows, split_evals
 
 

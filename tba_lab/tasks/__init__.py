@@ -37,8 +37,7 @@ searchers and the evaluation see the same text.
 """
 from __future__ import annotations
 
-from tba_lab.config import section_key
-from tba_lab.registry import TASKS
+from tba_lab.registry import TASKS, section_key
 
 PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
 
