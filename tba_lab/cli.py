@@ -384,15 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--seeds", type=seed_arg, nargs="+", action="extend", help="seeds (default 0 1 2; off_policy 0-4, tune 100 101; with --smoke: 0)")
     x.add_argument("--output-dir", default="runs/experiments", help="NAME/report.md, figures, "
                    "results.json and runs/ go under it (default runs/experiments)")
-    x.add_argument("--eval-size", type=int, help="held-out problems per evaluation (default: the "
-                   "experiment's, 200 for most, 1000 for race; --smoke: fewer)")
-    x.add_argument("--target", type=float, help="scaling, race: the held-out accuracy to reach "
-                   "(default 0.40)")
-    x.add_argument("--searchers", type=int, nargs="+", action="extend", help="scaling: searcher counts to run "
-                   "(default 1 2 4; e.g. 1 2 4 8 on a 16-core machine)")
     x.add_argument("--set", nargs="+", action="extend", metavar="KEY=VALUE", help="change the "
                    "experiment's own settings (listed in its report header; --set may repeat), "
-                   "e.g. minutes=3 legs=a,b,c (race), "
+                   "e.g. eval_size=500 (held-out problems per evaluation), target=0.45 (scaling, "
+                   "race: the held-out accuracy to reach), searchers=1,2,4,8 (scaling, on a "
+                   "16-core machine), minutes=3 legs=a,b,c (race), "
                    "other=COMMIT (default), variants=tb,tb_stale10 updates=80 (per_update)")
     x.add_argument("--config", help="YAML of RunConfig fields applied to every run, e.g. "
                    "'training: {learning_rate: 1.25e-5}'; a field the experiment varies or "

@@ -42,7 +42,10 @@ runs (:func:`~tba_lab.reporting.make_reporters`). Rows of earlier steps written 
 checkpoint (the deferred interim evaluations of a finished run) are kept.
 
 Also here: :func:`read_jsonl_rows` (the reader of these files, tolerant of a line being
-written) and :func:`moving_average`, which the plots and the course's analysis tools share.
+written), :func:`read_json` (a JSON file that may be missing or half-written), :func:`read_run`,
+:func:`write_text_atomic`, :func:`moving_average` and :func:`draw_runs` (the training curves of
+``curves.png`` and of notebook 06's explorer), which the experiments and the course's analysis
+tools share.
 """
 from __future__ import annotations
 
@@ -76,6 +79,23 @@ def read_jsonl_rows(path: str | Path) -> list[dict]:
             if i < len(lines) - 1:
                 raise
     return rows
+
+
+def read_json(path: str | Path):
+    """The JSON value in the file ``path``, or None when it is missing or half-written (a run
+    still writing it, or one killed while it did)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: to ``path`` + ``.tmp`` first, then renamed over
+    ``path``, so a reader never sees a half-written file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def trainer_seconds(row: dict) -> float:
@@ -454,9 +474,7 @@ def _keep_rows(path: Path, key: str, step: int, written: int | None) -> tuple[li
     rows = read_jsonl_rows(path)
     kept = [r for i, r in enumerate(rows) if r.get(key, 0) < step
             or (r.get(key, 0) == step and (written is None or i < written))]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    tmp.replace(path)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
     return kept, max((r.get(key, 0) for r in rows), default=-1)
 
 
@@ -508,58 +526,82 @@ def split_evals(evals: list[dict], summary: dict | None = None) -> tuple[list, l
     return before, rows, after
 
 
+def read_run(run_dir: str | Path) -> dict:
+    """``{"metrics": [...], "evals": [...], "summary": dict | None}`` of a (maybe running) run."""
+    run_dir = Path(run_dir)
+    return {"metrics": read_jsonl_rows(run_dir / "metrics.jsonl"),
+            "evals": read_jsonl_rows(run_dir / "eval.jsonl"),
+            "summary": read_json(run_dir / "summary.json")}
+
+
+def _line(ax, rows: list[dict], key: str, window: int = 1, **kw) -> None:
+    """Plot ``key`` of the rows that have it against ``wall_seconds``, as a trailing moving
+    average over ``window`` rows; a single point gets a dot (a one-point line draws nothing)."""
+    pts = [(r["wall_seconds"], r[key]) for r in rows if r.get(key) is not None]
+    if pts:
+        x, y = zip(*pts)
+        ax.plot(x, moving_average(y, window), marker="." if len(pts) == 1 else None, **kw)
+
+
+def draw_runs(run_dirs, labels=None, fig=None, window: int | None = None):
+    """The training curves of one or several runs against training seconds, on a 2x2
+    matplotlib ``Figure`` (``fig``, cleared, or a new one; no pyplot state): the reward of the
+    trainer's batch and of the newest rollouts and the loss, as moving averages over ``window``
+    updates (None: a thirtieth of the longest run's); the staleness of the trained batch (mean
+    and max); the held-out metric (diamonds: before and after training; circles joined by a
+    line: the interim evaluations, a smaller and noisier subset of the held-out set).
+    ``labels``: one per run (default the folder names; a single run's curves are unlabelled)."""
+    from matplotlib.figure import Figure
+
+    run_dirs = [Path(d) for d in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs)]
+    labels = labels or [d.name for d in run_dirs]
+    runs = [read_run(d) for d in run_dirs]
+    window = window or max(1, max((len(r["metrics"]) for r in runs), default=0) // 30)
+    fig = fig or Figure(figsize=(11, 6.5))
+    fig.clear()
+    (ax_r, ax_l), (ax_s, ax_a) = fig.subplots(2, 2)
+    key = next((eval_metric(r["evals"][0]) for r in runs if r["evals"]), "accuracy")
+    scale = 100 if key == "accuracy" else 1
+
+    def sizes(rows):  # the held-out set sizes of these evaluations
+        return "/".join(str(n) for n in sorted({e["n"] for e in rows}))
+
+    for i, (run, lab) in enumerate(zip(runs, labels)):
+        m, c, name = run["metrics"], f"C{i}", f"{lab}: " if len(runs) > 1 else ""
+        _line(ax_r, m, "reward_mean", window, color=c, label=f"{name}trainer batch")
+        _line(ax_r, m, "searcher_reward_mean", window, color=c, ls="--", alpha=0.7,
+              label=f"{name}newest rollouts")
+        _line(ax_l, m, "loss", window, color=c, label=lab if name else None)
+        _line(ax_s, m, "staleness_mean", color=c, label=f"{name}mean")
+        _line(ax_s, m, "staleness_max", color=c, ls=":", alpha=0.7, label=f"{name}max")
+        before, interim, after = split_evals(run["evals"], run["summary"])
+        if interim:
+            ax_a.plot([e["wall_seconds"] for e in interim], [scale * e[key] for e in interim],
+                      "o-", color=c, ms=4, lw=1.2, label=f"{name}interim, {sizes(interim)} problems")
+        if before + after:
+            which = "/".join(w for w, rows in (("before", before), ("after", after)) if rows)
+            ax_a.plot([e["wall_seconds"] for e in before + after],
+                      [scale * e[key] for e in before + after], "D", color=c, ms=9, mec="black",
+                      zorder=3, label=f"{name}{which}, {sizes(before + after)} problems")
+    for ax, ylabel, what in (
+            (ax_r, "mean reward", f"reward (moving average of {window} updates)"),
+            (ax_l, "loss", f"loss (moving average of {window})"),
+            (ax_s, "updates", "staleness of the trained batch"),
+            (ax_a, f"held-out greedy {key}{' (%)' if scale == 100 else ''}", f"held-out {key}")):
+        ax.set(xlabel="training wall-clock (s)", ylabel=ylabel, title=what)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return fig
+
+
 def plot_curves(run_dir: str | Path, path: str | Path | None = None):
-    """Draw ``curves.png``: the held-out metric and the mean batch reward against wall-clock
-    seconds of training, from ``eval.jsonl`` and ``metrics.jsonl`` in ``run_dir``.
+    """Draw ``curves.png``, the run's :func:`draw_runs`, from the files in ``run_dir``.
 
     Returns:
         the matplotlib Figure (also saved to ``path``, default ``run_dir/curves.png``).
     """
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    run_dir = Path(run_dir)
-    evals = read_jsonl_rows(run_dir / "eval.jsonl")
-    metrics = read_jsonl_rows(run_dir / "metrics.jsonl")
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        summary = None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    key = eval_metric(evals[0]) if evals else "accuracy"
-    scale, unit = (100, " (%)") if key == "accuracy" else (1, "")
-    if evals:
-        before, interim, after = split_evals(evals, summary)
-        sizes = lambda rows: "/".join(str(n) for n in sorted({e["n"] for e in rows}))
-        if interim:  # a subset of the held-out set, noisier than before/after
-            ax1.plot([e["wall_seconds"] for e in interim], [scale * e[key] for e in interim],
-                     "o-", color="C1", ms=4, lw=1.2, label=f"interim, {sizes(interim)} problems")
-        ends = before + after
-        if ends:
-            which = "/".join(w for w, rows in (("before", before), ("after", after)) if rows)
-            ax1.plot([e["wall_seconds"] for e in ends], [scale * e[key] for e in ends], "D",
-                     color="C0", ms=9, mec="black", zorder=3,
-                     label=f"{which}, {sizes(ends)} problems")
-        ax1.legend(loc="lower right", fontsize=8)
-    ax1.set(xlabel="training wall-clock (s)", ylabel=f"held-out greedy {key}{unit}",
-            title=f"Held-out {key}")
-    if metrics:
-        x = [m["wall_seconds"] for m in metrics]
-        w = max(1, len(x) // 30)  # moving average over ~1/30 of the run
-        for col, label in (("reward_mean", "trainer batch"), ("searcher_reward_mean", "newest rollouts")):
-            pts = [(a, m.get(col)) for a, m in zip(x, metrics) if m.get(col) is not None]
-            if not pts:
-                continue
-            xs, ys = zip(*pts)
-            ax2.plot(xs, moving_average(ys, w), label=f"{label} (moving average of {w})")
-        ax2.legend(loc="lower right")
-    ax2.set(xlabel="training wall-clock (s)", ylabel="mean reward", title="Training reward")
-    for ax in (ax1, ax2):
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path or run_dir / "curves.png", dpi=110)
-    plt.close(fig)
+    fig = draw_runs(run_dir)
+    fig.savefig(path or Path(run_dir) / "curves.png", dpi=110)
     return fig

@@ -170,8 +170,8 @@ def fake_run(path: Path, interim_n: int, eval_n: int, summary: dict | None, afte
     return rows
 
 
-def legend_texts(fig):
-    return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+def legend_texts(fig):  # of the held-out panel, the last of draw_runs' four
+    return [t.get_text() for t in fig.axes[3].get_legend().get_texts()]
 
 
 def test_curves_png_draws_interim_and_before_after_as_two_labelled_series(tmp_path):
@@ -182,7 +182,7 @@ def test_curves_png_draws_interim_and_before_after_as_two_labelled_series(tmp_pa
     fig = plot_curves(tmp_path / "r")
     assert (tmp_path / "r" / "curves.png").stat().st_size > 1000
     assert legend_texts(fig) == ["interim, 200 problems", "before/after, 500 problems"]
-    interim, ends = fig.axes[0].get_lines()
+    interim, ends = fig.axes[3].get_lines()
     assert list(interim.get_xdata()) == [61.3, 121.3, 181.3, 241.3]  # 50% at 241 s is not the end
     assert list(ends.get_xdata()) == [0.0, 270.2] and list(ends.get_ydata()) == pytest.approx([34.6, 48.8])
     assert interim.get_linestyle() == "-" and ends.get_linestyle() == "None"

@@ -212,9 +212,9 @@ def test_a_repeated_list_flag_adds_to_the_first_instead_of_replacing_it():
         == ["tensorboard", "wandb"]
     assert p.parse_args(["reproduce", "--only", "01", "--only", "02", "03"]).only == ["01", "02", "03"]
     assert p.parse_args(["course", "release", "--only", "01", "--only", "02"]).only == ["01", "02"]
-    x = p.parse_args(["experiment", "scaling", "--seeds", "0", "--seeds", "1", "--searchers", "1",
-                      "--searchers", "2", "--set", "target=0.4", "--set", "eval_size=50"])
-    assert (x.seeds, x.searchers, x.set) == ([0, 1], [1, 2], ["target=0.4", "eval_size=50"])
+    x = p.parse_args(["experiment", "scaling", "--seeds", "0", "--seeds", "1", "--set",
+                      "searchers=1,2", "--set", "target=0.4", "--set", "eval_size=50"])
+    assert (x.seeds, x.set) == ([0, 1], ["searchers=1,2", "target=0.4", "eval_size=50"])
     assert p.parse_args(["train"]).report_to is None  # absent: the config's value stands
 
 

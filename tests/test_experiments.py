@@ -325,31 +325,31 @@ def test_empty_seeds_and_unknown_settings_are_refused(tmp_path):
         run_experiment("beta", smoke=True, seeds=[1, 1], output_dir=tmp_path)
     with pytest.raises(ExperimentError, match="no setting 'targte'"):
         experiment_settings("scaling", settings={"targte": 0.5})
-    with pytest.raises(ExperimentError, match="--target"):
+    with pytest.raises(ExperimentError, match="--set target=40"):
         experiment_settings("scaling", settings={"target": 40})
-    for bad in ([], [0, 2], [2, 2]):
-        with pytest.raises(ExperimentError, match="--searchers"):
+    for bad in ([], [0, 2], [2, 2], "2,2"):
+        with pytest.raises(ExperimentError, match="--set searchers="):
             experiment_settings("scaling", settings={"searchers": bad})
     assert not any(tmp_path.iterdir())
 
 
-def test_searchers_and_set_flags_set_the_settings(tmp_path, capsys, monkeypatch):
-    """`tba-lab experiment scaling --searchers 8 1 2 4` (a many-core machine) runs n1..n8 in
-    order; the flag is refused for another experiment. `--set KEY=VALUE` sets any setting in
-    its default's type; a bad value or key stops the command."""
+def test_set_flags_set_the_settings(tmp_path, capsys, monkeypatch):
+    """`tba-lab experiment scaling --set searchers=8,1,2,4` (a many-core machine) runs n1..n8
+    in order; the setting is refused for another experiment. `--set KEY=VALUE` sets any
+    setting in its default's type; a bad value or key stops the command."""
     import tba_lab.lab.experiments as ex
     from tba_lab import cli
 
     seen = {}
     monkeypatch.setattr(ex, "run_experiment", lambda name, smoke, seeds, out, settings=None, **kw:
                         seen.update(name=name, settings=settings) or {"report": "r", "readings": []})
-    assert cli.main(["experiment", "scaling", "--searchers", "8", "1", "2", "4",
+    assert cli.main(["experiment", "scaling", "--set", "searchers=8,1,2,4",
                      "--output-dir", str(tmp_path)]) == 0
     s = experiment_settings("scaling", settings=seen["settings"])
     assert [v for v, _ in scaling.variants(s)] == ["n1", "n2", "n4", "n8"]
-    assert cli.main(["experiment", "beta", "--searchers", "2"]) == 2
-    assert "--searchers applies to the scaling experiment only" in capsys.readouterr().err
-    assert cli.main(["experiment", "race", "--target", "0.45", "--set", "minutes=3", "legs=a,c",
+    assert cli.main(["experiment", "beta", "--set", "searchers=2"]) == 2
+    assert "experiment 'beta' has no setting 'searchers'" in capsys.readouterr().err
+    assert cli.main(["experiment", "race", "--set", "target=0.45", "minutes=3", "legs=a,c",
                      "--output-dir", str(tmp_path)]) == 0
     s = experiment_settings("race", settings=seen["settings"])
     assert (s["minutes"], s["legs"], s["target"], s["eval_size"]) == (3.0, ["a", "c"], 0.45, 1000)
@@ -361,7 +361,7 @@ def test_searchers_and_set_flags_set_the_settings(tmp_path, capsys, monkeypatch)
     s = experiment_settings("default", settings={"other": "HEAD", "report_to": "tensorboard"})
     assert [(v, o.get("report_to")) for v, o in default.variants(s)] == [
         ("other", None), ("this", ["tensorboard"])]  # the other checkout may predate report_to
-    head = subprocess.run(["git", "-C", str(default.HERE), "rev-parse", "HEAD"],
+    head = subprocess.run(["git", "-C", str(default.REPO_DIR), "rev-parse", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
     assert s["other"] == head  # resolved once: a commit made during the runs changes nothing
     with pytest.raises(ExperimentError, match="not a folder and not a commit"):
@@ -437,7 +437,7 @@ def test_default_runs_other_then_this_per_seed_and_compares_them(tmp_path, monke
 
     def fake_train(cmd, env, cwd, check, stdout):
         out, seed = Path(cmd[cmd.index("--output-dir") + 1]), int(cmd[cmd.index("--seed") + 1])
-        label = "this" if Path(cwd) == default.HERE else "other"
+        label = "this" if Path(cwd) == default.REPO_DIR else "other"
         calls.append((seed, label, env["PYTHONPATH"], cmd[3:4] + cmd[-2:]))
         out.mkdir(parents=True)
         (out / "summary.json").write_text(json.dumps({
@@ -453,7 +453,7 @@ def test_default_runs_other_then_this_per_seed_and_compares_them(tmp_path, monke
     r = run_experiment("default", seeds=[0, 1], output_dir=tmp_path / "out", log=None,
                        settings={"other": str(tmp_path / "old")})
     assert [(c[0], c[1]) for c in calls] == [(0, "other"), (0, "this"), (1, "other"), (1, "this")]
-    assert calls[0][2] == str(tmp_path / "old") and calls[1][2] == str(default.HERE)
+    assert calls[0][2] == str(tmp_path / "old") and calls[1][2] == str(default.REPO_DIR)
     assert calls[1][3] == ["train", "--task", "arithmetic"]  # the defaults: no config file
     report = (tmp_path / "out" / "default" / "report.md").read_text()
     # the median update seconds leave out the first update's 9 s

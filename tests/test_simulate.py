@@ -6,12 +6,13 @@ import math
 import numpy as np
 import pytest
 
+from tba_lab.config import short_run
 from tba_lab.lab import recorded
-from tba_lab.lab.simulate import (async_throughput, format_table, predict, predict_leg,
-                                  prediction_report, run_timings, share_cores, share_gpu,
-                                  simulate, simulate_run)
-from tba_lab.lab.timeline import busy_fraction
-from tba_lab.lab.widgets import knob_overrides, make_config, merge_overrides, moving_average
+from tba_lab.lab.simulate import (async_throughput, predict, predict_leg, prediction_report,
+                                  run_timings, share_cores, share_gpu, simulate, simulate_run)
+from tba_lab.lab.timeline import busy_fraction, format_table
+from tba_lab.lab.widgets import knob_overrides, merge_overrides
+from tba_lab.runlog import moving_average
 
 
 def busy(result, actor):
@@ -165,7 +166,7 @@ def test_moving_average_and_knobs(tmp_path):
     o = knob_overrides(algo="grpo", beta=0.04, beta_final=0.01, beta_anneal_steps=5)
     assert o["grpo"] == {"beta": 0.04} and "tb" not in o  # annealing is TB-only
     o = knob_overrides(algo="tb", beta=0.1, beta_final=0.02, beta_anneal_steps=50, sync_period=4)
-    cfg = make_config(merge_overrides(o, {"training": {"max_steps": 3}}), 30, tmp_path / "run")
+    cfg = short_run(tmp_path / "run", 30, merge_overrides(o, {"training": {"max_steps": 3}}))
     assert cfg.tb.beta_final == 0.02 and cfg.async_.sync_period == 4
     assert cfg.training.max_steps == 3 and cfg.training.learning_rate == 5e-5
     assert cfg.max_minutes == pytest.approx(0.5)

@@ -88,10 +88,10 @@ def test_missing_fields_count_zero_reference_and_none_elsewhere(tmp_path):
 def test_table_prints_the_medians_dashes_and_each_searcher(fake_run):
     text = format_time_per_update({"fake": time_per_update(fake_run),
                                    "rec": recorded.H200_2026_12_04["gpu_async_tba_n3"]})
-    fake = next(line for line in text.splitlines() if line.startswith("fake "))
+    fake = next(line for line in text.splitlines() if line.split()[:1] == ["fake"])
     assert fake.split() == ["fake", "2", "trainer", "0.310", "0.100", "0.020", "0.440", "0.003",
                             "0.001", "42", "1200"]
-    rec = next(line for line in text.splitlines() if line.startswith("rec "))
+    rec = next(line for line in text.splitlines() if line.split()[:1] == ["rec"])
     # a recorded leg: what the record lacks prints as "-", not as a number
     assert rec.split()[-8:] == ["0.052", "0.025", "-", "0.167", "-", "-", "401", "58684"]
     assert ("fake, searcher 1: generation 0.480, scoring 0.005, weight sync 0.0015 s per batch "

@@ -52,3 +52,21 @@ def test_a_loop_of_ones_own_reads_back_as_a_timeline(tmp_path):
     assert [t.get_text() for t in ax.get_yticklabels()] == ["trainer", "searcher 0"]
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         load_timeline(tmp_path)
+
+
+def test_a_simulation_draws_as_a_run_does():
+    """plot_timeline draws a SimResult with the run's rows and colours; ``last`` is the window
+    of the last seconds of either."""
+    from matplotlib.colors import to_rgba
+
+    from tba_lab.lab.simulate import simulate
+    from tba_lab.lab.timeline import _STYLES
+
+    sim = simulate(0.3, 0.2, num_searchers=2, duration=5.0, drain_seconds=0.05)
+    ax = plot_timeline(sim, last=2.0)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["trainer", "searcher 0", "searcher 1"]
+    assert ax.get_xlim() == pytest.approx((sim.duration - 2.0, sim.duration))
+    colours = {tuple(c) for bars in ax.collections for c in bars.get_facecolor()}
+    assert {to_rgba(_STYLES[p]["facecolor"]) for p in ("update", "generation")} <= colours
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "searcher generation" in legend and "weights published" not in legend

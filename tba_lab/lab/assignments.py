@@ -157,17 +157,14 @@ def scores(course_dir: Path, pairs: list[tuple[str, str]]) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    """Scores as text: one line per student, one column per exercise, and the total."""
+    """Scores as a text table (:func:`~tba_lab.lab.timeline.format_table`): one line per
+    student, one column per exercise (``-``: not graded), and the total."""
+    from tba_lab.lab.timeline import format_table
+
     exercises = sorted({r["exercise"] for r in rows})
-    students = sorted({r["student"] for r in rows})
     got = {(r["student"], r["exercise"]): r["score"] for r in rows}
-    most = {r["exercise"]: r["max_score"] for r in rows}
-    width = max(len(e) for e in exercises)
-    lines = [f"{'student':<12}" + "".join(f"{e:>{width + 2}}" for e in exercises) + "   total"]
-    for s in students:
-        cells = [got.get((s, e)) for e in exercises]
-        total = sum(c or 0.0 for c in cells)
-        lines.append(f"{s:<12}" + "".join(f"{'-' if c is None else f'{c:g}':>{width + 2}}"
-                                          for c in cells)
-                     + f"   {total:g}/{sum(most.values()):g}")
-    return "\n".join(lines)
+    most = sum({r["exercise"]: r["max_score"] for r in rows}.values())
+    lines = [{"student": s, **{e: got.get((s, e)) for e in exercises},
+              "total": f"{sum(got.get((s, e)) or 0.0 for e in exercises):g}/{most:g}"}
+             for s in sorted({r["student"] for r in rows})]
+    return format_table(lines, ["student", *exercises, "total"])

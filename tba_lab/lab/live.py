@@ -1,12 +1,11 @@
 """A training run in a background thread, redrawn while it runs (notebook 01's live reward curve):
-the thread around ``train`` keeps the notebook's main thread free to read its logs and redraw.
+the thread around ``train`` keeps the notebook's main thread free to read its logs
+(:func:`tba_lab.runlog.read_run`) and redraw.
 """
 from __future__ import annotations
 
 import threading
 from pathlib import Path
-
-from tba_lab.runlog import moving_average, read_jsonl_rows  # noqa: F401  (moving_average: notebook 01)
 
 
 class BackgroundRun:
@@ -54,14 +53,6 @@ class BackgroundRun:
         if self.error is not None:
             raise self.error
         return self.summary
-
-    def metrics(self) -> list[dict]:
-        """The ``metrics.jsonl`` rows written so far."""
-        return read_jsonl_rows(self.run_dir / "metrics.jsonl")
-
-    def evals(self) -> list[dict]:
-        """The ``eval.jsonl`` rows written so far."""
-        return read_jsonl_rows(self.run_dir / "eval.jsonl")
 
 
 def watch(run: BackgroundRun, draw, every: float = 5.0) -> None:

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from tba_lab.config import SEED_MAX
-from tba_lab.lab.runs import _read_json, flatten_config
+from tba_lab.lab.runs import flatten_config
 from tba_lab.paths import REPO_DIR
+from tba_lab.runlog import read_json
 
 NOTEBOOK_DIR = REPO_DIR / "notebooks"
 
@@ -77,7 +78,7 @@ def reproduce(output_dir: str | Path = "runs/reproduce", smoke: bool = False, se
         nb_out = out / nb.stem
         results.append({"notebook": nb.name, "ok": error is None, "error": error,
                         "seconds": seconds, "parameters": params,
-                        "metrics": _read_json(nb_out / "metrics.json") or {},
+                        "metrics": read_json(nb_out / "metrics.json") or {},
                         "figures": sorted(str(p.relative_to(out)) for p in nb_out.glob("*.png"))})
         print(f"{'ok  ' if error is None else 'FAIL'} {nb.name} ({seconds:.0f} s)"
               + (f": {error}" if error else ""), flush=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tba_lab.config import load_yaml, read_yaml_data, write_yaml
 from tba_lab.registry import ALGORITHMS, section_key
+from tba_lab.runlog import read_json
 
 #: Settings columns of the runs table -> dotted key of the run's ``config.yaml``; ``{algo}`` is
 #: the chosen algorithm's own section (``tb``, ``grpo`` for grpo and dr_grpo, ...).
@@ -54,14 +55,6 @@ def read_settings(run_dir: str | Path) -> dict:
     return flatten_config(data)
 
 
-def _read_json(path: Path):
-    """The JSON in ``path``, or None when it is missing or half-written."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
 def _mark_stopped(out: Path, summary: dict | None, cfg) -> bool:
     """Write :data:`STOPPED_FILE` and return True if a stop event ended this run: not
     interrupted, and stopped before its budget and its step limit."""
@@ -80,7 +73,7 @@ def _status(run_dir: Path, summary: dict | None) -> str:
         return "incomplete"
     if summary.get("interrupted"):
         return "interrupted"
-    marker = _read_json(run_dir / STOPPED_FILE)  # it must belong to this summary, not to an
+    marker = read_json(run_dir / STOPPED_FILE)  # it must belong to this summary, not to an
     stopped = isinstance(marker, dict) and \
         marker.get("trainer_steps") == summary.get("trainer_steps")  # earlier try in the folder
     return "stopped" if stopped else "done"
@@ -105,7 +98,7 @@ def list_runs(output_root: str | Path) -> list[dict]:
             flat = read_settings(d)
         except (OSError, ValueError):
             continue
-        summary = _read_json(d / "summary.json")
+        summary = read_json(d / "summary.json")
         section = _algo_section(flat.get("algo"))
         row = {"run": d.name, "run_dir": str(d), "status": _status(d, summary)}
         row.update({col: flat.get(key.format(algo=section)) for col, key in SETTING_COLUMNS.items()})
@@ -160,27 +153,27 @@ def _fmt_cell(col: str, v) -> str:
     return html.escape(str(v))
 
 
-_TABLE_COLUMNS = (("run", "run"), ("status", "status"), ("algo", "algo"), ("mode", "mode"),
-                  ("beta", "&beta;"), ("beta_final", "&beta; final"),
-                  ("beta_anneal_steps", "anneal steps"), ("learning_rate", "lr"),
-                  ("num_generations", "K"), ("recency_prob", "m"), ("inv_temp", "inv_temp"),
-                  ("sync_period", "k"), ("num_searchers", "searchers"),
-                  ("budget_seconds", "budget (s)"), ("seconds", "seconds"),
-                  ("accuracy_before", "acc. before"), ("accuracy_after", "acc. after"),
-                  ("updates", "updates"), ("staleness_mean", "staleness mean"),
-                  ("staleness_max", "staleness max"))
+# The runs table: a column per setting the explorer's knobs set, then the results; the
+# headings that are not the column's name.
+_TABLE_COLUMNS = ["run", "status", *(c for c in SETTING_COLUMNS if c not in ("max_minutes", "seed")),
+                  "budget_seconds", *RESULT_COLUMNS]
+_HEADINGS = {"beta": "&beta;", "beta_final": "&beta; final", "beta_anneal_steps": "anneal steps",
+             "learning_rate": "lr", "num_generations": "K", "recency_prob": "m",
+             "sync_period": "k", "num_searchers": "searchers", "budget_seconds": "budget (s)",
+             "accuracy_before": "acc. before", "accuracy_after": "acc. after",
+             "staleness_mean": "staleness mean", "staleness_max": "staleness max"}
 
 
 def runs_table_html(rows: list[dict], marked=()) -> str:
     """The runs table as HTML (rows of :func:`list_runs`; runs named in ``marked`` in bold)."""
     if not rows:
         return "<i>no runs yet</i>"
-    head = "".join(f"<th style='padding:2px 6px'>{t}</th>" for _, t in _TABLE_COLUMNS)
+    head = "".join(f"<th style='padding:2px 6px'>{_HEADINGS.get(c, c)}</th>" for c in _TABLE_COLUMNS)
     body = []
     for r in rows:
         weight = "bold" if r["run"] in set(marked) else "normal"
         cells = "".join(f"<td style='padding:2px 6px'>{_fmt_cell(c, r.get(c))}</td>"
-                        for c, _ in _TABLE_COLUMNS)
+                        for c in _TABLE_COLUMNS)
         body.append(f"<tr data-run='{html.escape(r['run'])}' style='font-weight:{weight}'>{cells}</tr>")
     return (f"<table class='tba-explorer-runs-table' style='border-collapse:collapse;"
             f"font-size:12px'><tr>{head}</tr>{''.join(body)}</table>")

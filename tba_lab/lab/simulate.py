@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +14,8 @@ import numpy as np
 
 from tba_lab.config import AsyncConfig, BufferConfig
 from tba_lab.lab import recorded
-from tba_lab.lab.timeline import _by_searcher, _measurements, _read_run, busy_fraction
+from tba_lab.lab.timeline import (_by_searcher, _measurements, _median, _read_run, busy_fraction,
+                                  format_table)
 
 
 @dataclass
@@ -29,7 +29,8 @@ class SimResult:
         batches: generation batches the trainer drained.
         staleness: (N,) int64 per update: updates so far minus the newest batch's version.
         intervals: actor ("trainer", "searcher 0", ...) -> [(start, end, kind)], kind
-            "generate", "update" (reference pass included) or "reference".
+            "generation", "update" (reference pass included) or "reference", the parts of
+            :func:`tba_lab.lab.timeline.plot_timeline`.
         trainer_busy_fraction: the trainer's busy share from its first update on (NaN before).
     """
     duration: float
@@ -144,7 +145,7 @@ def simulate(gen_seconds: float, update_seconds: float, num_searchers: int = 1,
             if (t >= start_seconds and job[a] is None and len(queued[a]) < queue_size
                     and not (sync and version[a] == updates)):
                 version[a] = updates - updates % sync_period  # pull the newest weights
-                job[a] = ["generate", t, work(gen_seconds)]
+                job[a] = ["generation", t, work(gen_seconds)]
 
     start_jobs()
     while t < duration and not (max_steps and updates >= max_steps):
@@ -201,10 +202,6 @@ def async_throughput(gen_seconds: float, score_seconds: float, update_seconds: f
 
 
 # Measured inputs: a run folder's durations, and the loop fed with them
-
-def _median(xs) -> float:
-    return float(statistics.median(xs)) if xs else float("nan")
-
 
 def _overhead(metrics: list[dict], mode: str, max_replay_ratio: float) -> float:
     """Trainer seconds per update outside ``update_seconds``, from the ``wait_seconds`` after the
@@ -271,12 +268,14 @@ def _split_timings(metrics: list[dict], batches: list[dict], mode: str, wall: fl
     gen = [b["gen_seconds"] for b in batches]
     if mode == "sync":
         handover = _median([m["wait_seconds"] - m.get("gen_seconds", 0.0)
-                            - m.get("score_seconds", 0.0) for m in metrics[1:] if "gen_seconds" in m])
+                            - m.get("score_seconds", 0.0)
+                            for m in metrics[1:] if "gen_seconds" in m], digits=None,
+                           empty=math.nan)
     else:
         notice = [y["t_start"] - x["received"] for v in _by_searcher(batches).values()
                   for x, y in zip(v, v[1:]) if "received" in x and y["t_start"] >= x["received"]]
         trips = [b["received"] - b["t_end"] for b in batches if "received" in b]
-        handover = _median(notice) + min(trips) if notice and trips else math.nan
+        handover = _median(notice, digits=None) + min(trips) if notice and trips else math.nan
 
     def spread(x):
         x = x[1:]
@@ -285,11 +284,13 @@ def _split_timings(metrics: list[dict], batches: list[dict], mode: str, wall: fl
     spreads = [x for x in (spread(gen), spread([m["update_seconds"] for m in metrics]),
                            spread([m.get("reference_seconds", 0.0) for m in metrics]))
                if math.isfinite(x)]
-    return {"update_only_seconds": _median([m["update_seconds"] for m in metrics]),
+    return {"update_only_seconds": _median([m["update_seconds"] for m in metrics], digits=None,
+                                           empty=math.nan),
             "ref_seconds": (sum(m.get("reference_seconds", 0.0) for m in metrics) / len(batches)
                             if batches else math.nan),
-            "handover_seconds": handover, "jitter": _median(spreads),
-            "searcher_warmup_seconds": max(0.0, gen[0] - _median(gen)) if gen else math.nan,
+            "handover_seconds": handover, "jitter": _median(spreads, digits=None, empty=math.nan),
+            "searcher_warmup_seconds": (max(0.0, gen[0] - _median(gen, digits=None)) if gen
+                                        else math.nan),
             "stop_seconds": max(0.0, wall - budget)}
 
 
@@ -316,23 +317,6 @@ def simulate_run(measured: dict, timings: dict | None = None, cores: int | None 
     overhead = float(src.get("overhead_seconds", 0.0)) if mode == "async" else 0.0
     return simulate(float(src["gen_seconds"]) + float(src["score_seconds"]),
                     float(src["update_seconds"]) + overhead, cores=cores, **{**kw, **overrides})
-
-
-def format_table(rows: list[dict], columns: list[str], markdown: bool = False) -> str:
-    """Rows of dicts as a fixed-width text table, or a markdown one (missing and NaN: '-')."""
-    def cell(v):
-        if v is None or isinstance(v, (float, np.floating)) and math.isnan(v):
-            return "-"
-        if isinstance(v, (float, np.floating)):
-            return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
-        return str(v)
-    table = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
-    if markdown:
-        table.insert(1, ["---"] * len(columns))
-        return "\n".join("| " + " | ".join(row) + " |" for row in table)
-    widths = [max(map(len, column)) for column in zip(*table)]
-    table.insert(1, ["-" * w for w in widths])
-    return "\n".join("  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in table)
 
 
 # The scaling prediction on the machine of 2026-12-04 (one H200, 16 cores)

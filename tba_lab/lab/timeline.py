@@ -1,4 +1,5 @@
-"""Who was busy when: the searcher / trainer timeline of a run directory, and what it implies.
+"""Who was busy when: the searcher / trainer timeline of a run directory, and what it implies
+(and :func:`format_table`, the text tables of the lab's reports).
 
 Reads what :func:`tba_lab.trainer.train` writes (fields in :mod:`tba_lab.runlog`):
 ``searchers.jsonl`` (a row per generation batch), ``metrics.jsonl`` (a row per trainer update),
@@ -8,6 +9,7 @@ start before that clock, so their first batch can start at a negative time.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -15,8 +17,7 @@ import numpy as np
 
 from tba_lab.actors.placement import available_cores
 from tba_lab.config import read_yaml_data
-from tba_lab.lab.runs import _read_json
-from tba_lab.runlog import read_jsonl_rows, trainer_seconds
+from tba_lab.runlog import read_json, read_jsonl_rows, trainer_seconds
 
 # How each part is drawn, in :func:`plot_timeline` and :func:`plot_time_per_update` alike.
 _STYLES = {"update": dict(facecolor="C0"), "reference": dict(facecolor="C3"),
@@ -26,6 +27,12 @@ _STYLES = {"update": dict(facecolor="C0"), "reference": dict(facecolor="C3"),
 # The parts of :func:`time_per_update` in drawing order, each the median of a log field.
 TRAINER_PARTS = {"update": "update_seconds", "reference": "reference_seconds", "wait": "wait_seconds"}
 SEARCHER_PARTS = {"generation": "gen_seconds", "scoring": "score_seconds", "sync": "sync_seconds"}
+# The legend's text of each part :func:`plot_timeline` draws, in legend order.
+_PART_NAMES = {"update": "trainer update (and its reference pass)",
+               "reference": "trainer reference pass of drained batches, no update",
+               "wait": "trainer between updates (drain, sample, wait)",
+               "generation": "searcher generation",
+               "scoring": "searcher scoring (reward; ref log-probs when it does them)"}
 
 
 def _read_run(run_dir) -> tuple[dict, dict, list[dict], list[dict]]:
@@ -37,7 +44,7 @@ def _read_run(run_dir) -> tuple[dict, dict, list[dict], list[dict]]:
                                 "tba_lab.trainer.train run")
     cfg = run_dir / "config.yaml"
     return (read_yaml_data(cfg) if cfg.exists() else {},
-            _read_json(run_dir / "summary.json") or {},
+            read_json(run_dir / "summary.json") or {},
             read_jsonl_rows(run_dir / "searchers.jsonl"), read_jsonl_rows(run_dir / "metrics.jsonl"))
 
 
@@ -49,10 +56,13 @@ def _by_searcher(batches: list[dict]) -> dict[int, list[dict]]:
     return dict(sorted(by.items()))
 
 
-def _median(values) -> float | None:
-    """Median of the values that are not None, to 4 decimals; None when there are none."""
+def _median(values, digits: int | None = 4, empty=None):
+    """Median (float) of the values that are not None, rounded to ``digits`` decimals (None:
+    not rounded); ``empty`` when there are none."""
     vals = [float(v) for v in values if v is not None]
-    return round(statistics.median(vals), 4) if vals else None
+    if not vals:
+        return empty
+    return statistics.median(vals) if digits is None else round(statistics.median(vals), digits)
 
 
 def load_timeline(run_dir) -> dict:
@@ -150,44 +160,53 @@ def _measurements(cfg: dict, summary: dict, batches: list[dict], updates: list[d
                                                  "staleness_max", "trainer_steps", "wall_seconds")}}
 
 
-def plot_timeline(run_dir, ax=None, window=None, title: str | None = None, legend: bool = True):
-    """Draw who was busy when on ``ax`` (new figure if None) and return it: a row per searcher
-    (generation, scoring) and one for the trainer (updates, the gaps before them), a tick at
-    every weight publish. ``window``: (t0, t1), default the whole run; ``title``: default mode
-    and k; ``legend``: below the axes (off for all but one of stacked panels)."""
+def plot_timeline(run, ax=None, window=None, title: str | None = None, legend: bool = True,
+                  last: float | None = None):
+    """Draw who was busy when on ``ax`` (new figure if None) and return it. ``run``: a run
+    folder (a row per searcher: generation, scoring; one for the trainer: updates, the gaps
+    before them; a tick at every weight publish) or a :class:`tba_lab.lab.simulate.SimResult`
+    (a row per actor of its ``intervals``; a simulated generation includes its scoring).
+    ``window``: (t0, t1), default the whole run, or with ``last`` its last ``last`` seconds;
+    ``title``: default mode and k (a run folder) or "simulated"; ``legend``: below the axes
+    (off for all but one of stacked panels)."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    tl = load_timeline(run_dir)
+    simulated = hasattr(run, "intervals")  # a SimResult: {actor: [(start, end, kind)]}
+    if simulated:
+        rows, publish, end = run.intervals, [], run.duration
+        parts = ["update", "reference", "generation"]
+        title, clock = title or "simulated", "seconds since training began (simulated)"
+    else:
+        tl = load_timeline(run)
+        rows = {"trainer": [(s, e, "wait") for s, e in tl["trainer"]["wait"]]
+                + [(s, e, "update") for s, e in tl["trainer"]["update"]]}
+        for sid, s in tl["searchers"].items():
+            rows[f"searcher {sid}"] = ([(a, b, "generation") for a, b in s["gen"]]
+                                       + [(a, b, "scoring") for a, b in s["score"]])
+        parts, publish = ["update", "wait", "generation", "scoring"], tl["publish"]
+        end = tl["wall_seconds"]
+        title = title or f"{tl['mode']} mode, sync period k = {tl['sync_period']}"
+        clock = "seconds since training began"
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 1.2 + 0.6 * (1 + len(tl["searchers"]))))
-    t0, t1 = window or (0.0, tl["wall_seconds"])
-
-    def bars(intervals, y, part):
-        spans = [(s, e - s) for s, e in intervals if e > t0 and s < t1 and e > s]
-        style = {"edgecolor": "white", "linewidth": 0.3, **_STYLES[part]}
-        ax.broken_barh(spans, (y - 0.35, 0.7), **style)
-
-    bars(tl["trainer"]["wait"], 0, "wait")
-    bars(tl["trainer"]["update"], 0, "update")
-    ax.vlines([t for t in tl["publish"] if t0 <= t <= t1], -0.45, 0.45, colors="k", linewidth=0.8)
-    labels = ["trainer"]
-    for i, (sid, s) in enumerate(tl["searchers"].items(), start=1):
-        bars(s["gen"], i, "generation")
-        bars(s["score"], i, "scoring")
-        labels.append(f"searcher {sid}")
-    ax.set_yticks(range(len(labels)), labels)
-    ax.set(ylim=(-0.6, len(labels) - 0.4), xlim=(t0, t1), xlabel="seconds since training began",
-           title=title or f"{tl['mode']} mode, sync period k = {tl['sync_period']}")
+        _, ax = plt.subplots(figsize=(10, 1.2 + 0.6 * len(rows)))
+    t0, t1 = window or (max(0.0, end - last) if last else 0.0, end)
+    for y, jobs in enumerate(rows.values()):
+        for part in dict.fromkeys(p for _, _, p in jobs):  # in the order the jobs list them
+            spans = [(s, e - s) for s, e, p in jobs if p == part and e > t0 and s < t1 and e > s]
+            style = {"edgecolor": "white", "linewidth": 0.3, **_STYLES[part]}
+            ax.broken_barh(spans, (y - 0.35, 0.7), **style)
+    ax.vlines([t for t in publish if t0 <= t <= t1], -0.45, 0.45, colors="k", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), list(rows))
+    ax.set(ylim=(-0.6, len(rows) - 0.4), xlim=(t0, t1), xlabel=clock, title=title)
     ax.grid(axis="x", alpha=0.3)
     if legend:
-        names = {"update": "trainer update (and its reference pass)",
-                 "wait": "trainer between updates (drain, sample, wait)",
-                 "generation": "searcher generation",
-                 "scoring": "searcher scoring (reward; ref log-probs when it does them)"}
-        ax.legend(handles=[Patch(label=text, **_STYLES[part]) for part, text in names.items()]
-                  + [plt.Line2D([], [], color="k", linewidth=0.8, label="weights published")],
-                  loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(labels) < 3 else -0.25),
+        handles = [Patch(label=text, **_STYLES[part]) for part, text in _PART_NAMES.items()
+                   if part in parts]
+        if not simulated:  # the simulation does not record its publishes
+            handles.append(plt.Line2D([], [], color="k", linewidth=0.8, label="weights published"))
+        ax.legend(handles=handles, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.35 if len(rows) < 3 else -0.25),
                   ncol=3, fontsize=8, frameon=False)
     return ax
 
@@ -278,6 +297,23 @@ def plot_time_per_update(legs: dict, axes=None, title: str | None = None):
     return axes
 
 
+def format_table(rows: list[dict], columns: list[str], markdown: bool = False) -> str:
+    """Rows of dicts as a fixed-width text table, or a markdown one (missing and NaN: '-')."""
+    def cell(v):
+        if v is None or isinstance(v, (float, np.floating)) and math.isnan(v):
+            return "-"
+        if isinstance(v, (float, np.floating)):
+            return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.3g}"
+        return str(v)
+    table = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
+    if markdown:
+        table.insert(1, ["---"] * len(columns))
+        return "\n".join("| " + " | ".join(row) + " |" for row in table)
+    widths = [max(map(len, column)) for column in zip(*table)]
+    table.insert(1, ["-" * w for w in widths])
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(row, widths)) for row in table)
+
+
 def format_time_per_update(legs: dict) -> str:
     """``legs`` (as in :func:`plot_time_per_update`) as a text table, a row per leg, then a line
     per searcher of a leg with several in ``per_searcher``; None prints as ``-``."""
@@ -288,19 +324,17 @@ def format_time_per_update(legs: dict) -> str:
 
     head = ["leg", "searchers", "reference pass", "update", "reference", "wait",
             "generation", "scoring", "weight sync", "updates/min", "samples/min"]
-    rows = [head]
+    rows = []
     for label, t in legs.items():
         rates = [t.get("updates_per_minute"), t.get("samples_per_minute")]
-        rows.append([str(label), str(t.get("num_searchers", "-")), str(t.get("reference_pass") or "-")]
-                    + [sec(t["trainer"].get(p)) for p in TRAINER_PARTS]
-                    + [sec(t["searcher"].get(p)) for p in SEARCHER_PARTS]
-                    + ["-" if r is None else f"{r:.0f}" for r in rates])
-    widths = [max(len(r[j]) for r in rows) for j in range(len(head))]
-    lines = ["  ".join(x.ljust(w) if j < 3 else x.rjust(w) for j, (x, w) in enumerate(zip(r, widths)))
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.insert(0, "trainer: median seconds per update (update, reference, wait); searchers: "
-                    "median seconds per batch (generation, scoring, weight sync)")
+        rows.append(dict(zip(head, [str(label), str(t.get("num_searchers", "-")),
+                                    str(t.get("reference_pass") or "-")]
+                             + [sec(t["trainer"].get(p)) for p in TRAINER_PARTS]
+                             + [sec(t["searcher"].get(p)) for p in SEARCHER_PARTS]
+                             + ["-" if r is None else f"{r:.0f}" for r in rates])))
+    lines = ["trainer: median seconds per update (update, reference, wait); searchers: "
+             "median seconds per batch (generation, scoring, weight sync)",
+             format_table(rows, head)]
     lines += [f"  {label}, searcher {sid}: generation {sec(p['generation'])}, scoring "
               f"{sec(p['scoring'])}, weight sync {sec(p['sync'])} s per batch "
               f"({p['batches']} batches)"

@@ -20,19 +20,10 @@ from tba_lab.config import merge as merge_overrides  # noqa: F401  (notebook 06)
 from tba_lab.config import short_run
 from tba_lab.lab import live
 from tba_lab.lab.reproduce import require
-from tba_lab.lab.runs import (STOPPED_FILE, _mark_stopped, _read_json, compare_runs,
-                              comparison_html, export_config, list_runs, next_run_dir,
-                              runs_table_html)
+from tba_lab.lab.runs import (STOPPED_FILE, _mark_stopped, compare_runs, comparison_html,
+                              export_config, list_runs, next_run_dir, runs_table_html)
 from tba_lab.registry import ALGORITHMS, section_key
-from tba_lab.runlog import eval_metric, moving_average, read_jsonl_rows, split_evals
-
-
-def read_run(run_dir: str | Path) -> dict:
-    """``{"metrics": [...], "evals": [...], "summary": dict | None}`` of a (maybe running) run."""
-    run_dir = Path(run_dir)
-    return {"metrics": read_jsonl_rows(run_dir / "metrics.jsonl"),
-            "evals": read_jsonl_rows(run_dir / "eval.jsonl"),
-            "summary": _read_json(run_dir / "summary.json")}
+from tba_lab.runlog import draw_runs
 
 
 def knob_overrides(algo: str = "tb", beta: float = 0.1, beta_final: float | None = None,
@@ -59,11 +50,6 @@ def knob_overrides(algo: str = "tb", beta: float = 0.1, beta_final: float | None
         if beta_final is not None and {"beta_final", "beta_anneal_steps"} <= options:
             out[section].update(beta_final=float(beta_final), beta_anneal_steps=int(beta_anneal_steps))
     return out
-
-
-def make_config(config_overrides: dict, seconds: float, output_dir: str | Path):
-    """A validated :class:`~tba_lab.config.RunConfig` for a short explorer run; overrides win."""
-    return short_run(output_dir, seconds, config_overrides)
 
 
 class _InterruptStops:
@@ -133,63 +119,13 @@ class _InterruptStops:
 _INTERRUPTS = _InterruptStops()
 
 
-def _line(ax, rows: list[dict], key: str, window: int = 1, **kw) -> None:
-    """Plot ``key`` of the rows that have it against ``wall_seconds``, as a trailing moving
-    average over ``window`` rows; a single point gets a dot (a one-point line draws nothing)."""
-    pts = [(r["wall_seconds"], r[key]) for r in rows if r.get(key) is not None]
-    if pts:
-        x, y = zip(*pts)
-        ax.plot(x, moving_average(y, window), marker="." if len(pts) == 1 else None, **kw)
-
-
-def draw_runs(run_dirs, labels=None, fig=None, window: int = 10):
-    """Reward and loss (moving averages over ``window`` updates), staleness (mean and max of
-    the trained batch) and held-out accuracy (squares: before/after, circles: the smaller
-    interim sets) of runs against training seconds, on a 2x2 plain matplotlib ``Figure``."""
-    from matplotlib.figure import Figure
-
-    run_dirs = [Path(d) for d in ([run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs)]
-    labels = labels or [d.name for d in run_dirs]
-    fig = fig or Figure(figsize=(11, 6.5))
-    fig.clear()
-    (ax_r, ax_l), (ax_s, ax_a) = fig.subplots(2, 2)
-    for i, (d, lab) in enumerate(zip(run_dirs, labels)):
-        run, c = read_run(d), f"C{i}"
-        m = run["metrics"]
-        _line(ax_r, m, "reward_mean", window, color=c, label=f"{lab}: trainer batch")
-        _line(ax_r, m, "searcher_reward_mean", window, color=c, ls="--", alpha=0.7,
-              label=f"{lab}: newest rollouts")
-        _line(ax_l, m, "loss", window, color=c, label=lab)
-        _line(ax_s, m, "staleness_mean", color=c, label=f"{lab}: mean")
-        _line(ax_s, m, "staleness_max", color=c, ls=":", alpha=0.7, label=f"{lab}: max")
-        if run["evals"]:
-            key = eval_metric(run["evals"][0])
-            scale = 100 if key == "accuracy" else 1
-            before, mid, after = split_evals(run["evals"], run["summary"])
-            for rows, fmt, kind, kw in ((before + after, "s", "before/after", {}),
-                                        (mid, "o-", "interim", {"mfc": "white", "alpha": 0.8})):
-                if rows:  # interim points: a smaller, noisier subset of the held-out set
-                    ax_a.plot([e["wall_seconds"] for e in rows], [scale * e[key] for e in rows],
-                              fmt, color=c, label=f"{lab} ({kind}, {rows[0]['n']} problems)", **kw)
-    for ax, ylabel, what in ((ax_r, "mean reward", f"reward (moving average of {window} updates)"),
-                             (ax_l, "loss", f"loss (moving average of {window})"),
-                             (ax_s, "updates", "staleness of the trained batch"),
-                             (ax_a, "accuracy (%)", "held-out greedy accuracy")):
-        ax.set(xlabel="training wall-clock (s)", ylabel=ylabel, title=what)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    return fig
-
-
 def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path, on_update=None,
                  compare_with=None, label: str | None = None,
                  stop_event: threading.Event | None = None) -> dict:
     """Train for ``seconds`` (start-up and evaluations on top) with ``config_overrides`` into
     ``output_dir`` in a background thread, call ``on_update`` with the redrawn curves
-    (:func:`draw_runs`, with the runs ``compare_with``) about every second, and save the final
-    figure as ``output_dir/explorer.png``.
+    (:func:`~tba_lab.runlog.draw_runs`, with the runs ``compare_with``) about every second, and
+    save the final figure as ``output_dir/explorer.png``.
 
     ``stop_event`` (also set by a kernel interrupt; a ``KeyboardInterrupt`` here is re-raised
     once the run has ended, saved) ends the run after the current update; a run it ended before
@@ -200,7 +136,7 @@ def run_and_plot(config_overrides: dict, seconds: float, output_dir: str | Path,
     import torch
 
     out = Path(output_dir)
-    cfg = make_config(config_overrides, seconds, out)  # validates before anything starts
+    cfg = short_run(out, seconds, config_overrides)  # validates before anything starts
     (out / STOPPED_FILE).unlink(missing_ok=True)  # an earlier run in this directory
     dirs = [Path(d) for d in (compare_with or [])] + [out]
     labels = [d.name for d in dirs[:-1]] + [label or out.name]
@@ -385,7 +321,7 @@ class _Explorer:
         try:
             run_overrides = merge_overrides(knob_overrides(**values), self.extra)
             out = next_run_dir(self.root)
-            make_config(run_overrides, budget, out)  # validate now: errors at once
+            short_run(out, budget, run_overrides)  # validate now: errors at once
         except ValueError as e:  # ConfigError too
             self.c["status"].value = _red(f"bad setting: {e}")
             return

@@ -6,7 +6,7 @@ import torch
 
 from tba_lab.lab.course import compare_gradient, exercise, from_minimal
 from tba_lab.lab.course.toy import sequence_behaviour_kl, target_distribution
-from tba_lab.lab.simulate import format_table
+from tba_lab.lab.timeline import format_table
 from tba_lab.losses import vargrad_log_z
 
 

@@ -1,7 +1,7 @@
 """Notebook 03 (replay buffer sampling): its exercises (per-prompt storage with dedup, the
 reward-mode softmax, the recency-mode prompt probabilities, the trainer's whole sampler) and the
-helpers its cells use: synthetic rollouts, exact draw probabilities, measured counts, bars of
-both, and a fake searcher/trainer loop on the real :class:`~tba_lab.buffer.ReplayBuffer`.
+helpers its cells use: synthetic rollouts, exact draw probabilities, measured counts and bars of
+both (the notebook's own cell runs a fake searcher/trainer loop on the real buffer).
 """
 from __future__ import annotations
 
@@ -100,54 +100,6 @@ def gap_in_standard_errors(measured, expected, n_draws: int) -> float:
     gap = np.abs(m - p)
     z = np.where(se > 0, gap / np.where(se > 0, se, 1.0), np.where(gap > 1e-12, np.inf, 0.0))
     return float(z.max()) if z.size else 0.0
-
-
-def simulate_pipeline(steps: int = 300, sync_period: int = 1, gen_ticks: int = 2,
-                      prompts_per_batch: int = 8, group_size: int = 4, batch_prompts: int = 8,
-                      recency_prob: float = 0.8, inv_temp: float = 0.0, max_prompts=None,
-                      capacity: int = 16, initial_fill: int = 64, seed: int = 0) -> dict:
-    """A fake asynchronous run on the real :class:`ReplayBuffer`, no model. Each tick, a
-    searcher that started ``gen_ticks`` ago delivers ``prompts_per_batch`` x ``group_size``
-    rollouts of the version it pulled then (new prompts; 3-token responses of a 4-token
-    vocabulary, rewards 0/1) and starts again; once the buffer holds ``initial_fill``, the
-    trainer samples ``batch_prompts`` x ``group_size`` and counts an update, publishing and
-    calling ``mark_sync()`` every ``sync_period``.
-
-    Returns ``staleness`` (per sampled row), ``modes`` (per group), ``fill_ticks``, ``updates``
-    and the ``buffer``.
-    """
-    rng = np.random.default_rng(seed)
-    buf = ReplayBuffer(capacity_per_prompt=capacity, recency_prob=recency_prob, inv_temp=inv_temp,
-                       seed=seed, max_prompts=max_prompts)
-    next_prompt, updates, published, ticks, fill_ticks = 0, 0, 0, 0, 0
-    started = (0, 0)  # (tick started, version pulled) of the batch in progress
-    staleness: list[int] = []
-    modes: list[str] = []
-    while updates < steps:
-        tick_start, version = started
-        if ticks - tick_start >= gen_ticks:  # the searcher's batch is done: deliver it
-            batch = []
-            for pid in range(next_prompt, next_prompt + prompts_per_batch):
-                p_ok = (pid * 0.37) % 1.0  # a fixed success rate per prompt
-                for _ in range(group_size):
-                    resp = rng.integers(4, size=3)
-                    batch.append(fake_rollout(pid, resp, float(rng.random() < p_ok), version))
-            next_prompt += prompts_per_batch
-            buf.add(batch)
-            started = (ticks, published)
-        if len(buf) >= max(initial_fill, 1):
-            rows = buf.sample(batch_prompts, group_size)
-            staleness.extend(ReplayBuffer.staleness(rows, updates))
-            modes.extend(buf.last_modes)
-            updates += 1
-            if updates % sync_period == 0:
-                published = updates
-                buf.mark_sync()
-        else:
-            fill_ticks += 1
-        ticks += 1
-    return {"staleness": staleness, "modes": modes, "fill_ticks": fill_ticks,
-            "updates": updates, "buffer": buf}
 
 
 # --------------------------------------------------------------- 03.dedup

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tba_lab.lab.course import exercise, output_folder, show_figure
-from tba_lab.lab.simulate import async_throughput, run_timings, share_cores
+from tba_lab.lab.simulate import async_throughput, share_cores
 
 SMOKE_NOTE = "SMOKE: start-up dominated (3 updates per run), these rates are not results"
 
@@ -47,18 +47,6 @@ def setup(output_dir, smoke: bool, seed: int) -> Setup:
     return s
 
 
-def measure_run(config_overrides: dict, run_dir, seconds: float, seed: int = 0) -> dict:
-    """Train for ``seconds`` with ``config_overrides`` (a :func:`tba_lab.config.short_run`
-    config, 50 held-out problems before and after, ``config_overrides`` win) and return the
-    run's :func:`~tba_lab.lab.simulate.run_timings`."""
-    from tba_lab.config import short_run
-    from tba_lab.trainer import train
-
-    train(short_run(run_dir, seconds, config_overrides, seed=seed, eval_size=50,
-                    interim_eval_size=50, eval_every_seconds=0), progress=False)
-    return run_timings(run_dir)
-
-
 def show_time_split(s: Setup, split: dict) -> None:
     """Draw each run's time per update split into its parts (time_per_update.png) and print
     the table; ``split``: run name -> :func:`tba_lab.lab.timeline.time_per_update`."""
@@ -72,42 +60,19 @@ def show_time_split(s: Setup, split: dict) -> None:
 
 
 def plot_measured_and_simulated(s: Setup, name: str, sim, seconds: float = 4.0) -> None:
-    """The last ``seconds`` of run ``name`` as logged (top) and of its simulation (bottom),
-    drawn alike (timelines.png)."""
+    """The last ``seconds`` of run ``name`` as logged (top) and of its simulation ``sim`` (a
+    :class:`~tba_lab.lab.simulate.SimResult`, bottom), drawn alike by
+    :func:`tba_lab.lab.timeline.plot_timeline` (timelines.png)."""
     import matplotlib.pyplot as plt
 
-    from tba_lab.lab.timeline import load_timeline, plot_timeline
+    from tba_lab.lab.timeline import plot_timeline
 
-    run_dir = s.out / "runs" / name
-    wall = load_timeline(run_dir)["wall_seconds"]
     fig, axes = plt.subplots(2, 1, figsize=(10, 4.6))
-    plot_timeline(run_dir, ax=axes[0], window=(max(0.0, wall - seconds), wall), legend=False,
+    plot_timeline(s.out / "runs" / name, ax=axes[0], last=seconds, legend=False,
                   title=f"{name}, measured: the last {seconds:.0f} s")
-    plot_sim_timeline(sim, axes[1], (sim.duration - seconds, sim.duration),
-                      f"{name}, simulated from its durations: the last {seconds:.0f} s")
+    plot_timeline(sim, ax=axes[1], last=seconds,
+                  title=f"{name}, simulated from its durations: the last {seconds:.0f} s")
     show_figure(fig, s.out / "timelines.png")
-
-
-def plot_sim_timeline(result, ax, window: tuple[float, float], title: str):
-    """Gantt chart of a :func:`~tba_lab.lab.simulate.simulate` result on ``ax``: one row per
-    actor, bars where it works (blue: update, orange: generate, red: reference pass) within
-    ``window`` = (t0, t1), seconds since training began."""
-    colors = {"update": "C0", "generate": "C1", "reference": "C3"}
-    names = list(result.intervals)
-    for row, name in enumerate(names):
-        for kind, color in colors.items():
-            bars = [(s, e - s) for s, e, k in result.intervals[name]
-                    if k == kind and e > s and e >= window[0] and s <= window[1]]
-            if bars:  # thin white edges keep back-to-back jobs apart
-                ax.broken_barh(bars, (row - 0.35, 0.7), facecolors=color, edgecolor="white",
-                               linewidth=0.6, label=kind)
-    ax.set_yticks(range(len(names)), names)
-    ax.set(ylim=(len(names) - 0.4, -0.6), xlim=window, title=title,
-           xlabel="seconds since training began (simulated)")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.005, 1.0),
-              fontsize=8, frameon=False)
 
 
 def plot_searchers(s: Setup, ns, curves: dict, measured: dict) -> None:

@@ -9,7 +9,7 @@ import torch
 
 from tba_lab.lab.course import compare_value, exercise
 from tba_lab.lab.experiments.beta import kl_estimate
-from tba_lab.lab.experiments.common import time_to_target
+from tba_lab.lab.experiments.common import signed, time_to_target
 
 
 # ---------------------------------------------------------------- 07.time_to_target
@@ -61,10 +61,6 @@ def kl_estimate_stub(token_logps, ref_token_logps, mask):
 
 
 # ---------------------------------------------------------------- the recorded claims
-def _num(v, digits):
-    return "n/a" if v is None else f"{v:+.{digits}f}"
-
-
 def print_claims(claims: list[dict]) -> None:
     """Print one block per claim (claim_test dicts with ``experiment`` added): the claim, the
     paper's, the estimand, the estimate with its 95% interval, the smallest detectable effect
@@ -77,8 +73,8 @@ def print_claims(claims: list[dict]) -> None:
             print(f"    paper: {c['paper']}")
         if c.get("estimand"):
             print(f"    estimand: {c['estimand']}")
-        print(f"    estimate {_num(c['estimate'], d)} {c['unit']}, 95% interval "
-              f"{_num(c['ci_low'], d)} to {_num(c['ci_high'], d)} over {c['n']} seed(s)"
+        print(f"    estimate {signed(c['estimate'], d)} {c['unit']}, 95% interval "
+              f"{signed(c['ci_low'], d)} to {signed(c['ci_high'], d)} over {c['n']} seed(s)"
               + (f" ({len(c['missing_seeds'])} left out)" if c.get("missing_seeds") else "")
               + f"; detectable {'n/a' if mde is None else f'{abs(mde):.{d}f}'}, of interest "
               f"{c['delta']:.{d}f}  ->  {c['verdict'].upper()}")

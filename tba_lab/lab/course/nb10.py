@@ -1,13 +1,11 @@
 """Notebook 10 (placing the trainer and the searchers): its exercises, the TBA paper's device
 layout and the flat weight buffer's byte offsets; and the helpers that set up, build the run's
-config, print the placement, time the weight channel, run the Ray launcher and draw, each
-saying why it skips on a machine without a GPU or without Ray.
+config, print the placement and the launcher protocol, and draw. The notebook's own cells time
+the weight channel and run the Ray launcher.
 """
 from __future__ import annotations
 
 import importlib.util
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,18 +144,16 @@ def placement(cfg) -> list[str]:
 
 
 def show_placement(s: Setup, cfg) -> None:
-    """Print the config's device fields, who runs where, the actors per device and the weight
-    channel the local launcher builds for it."""
-    where = placement(cfg)
+    """Print the config's device fields, the placement line the trainer logs when the run
+    starts (:func:`tba_lab.actors.placement.describe`) and the weight channel the local
+    launcher builds for it."""
+    from tba_lab.actors.placement import describe, plan
+
     print(f"async.trainer_device = {cfg.async_.trainer_device!r}, "
           f"async.searcher_devices = {list(cfg.async_.searcher_devices)}")
-    print(f"trainer -> {where[0]};  "
-          + ";  ".join(f"searcher {i} -> {d}" for i, d in enumerate(where[1:])))
-    print("per device: " + ", ".join(f"{d}: {where.count(d)} actor(s)"
-                                     + (f" on {s.cores} cores" if d == "cpu" else "")
-                                     for d in dict.fromkeys(where)))
+    print(describe(plan(cfg, s.cores)))
     print("weight channel: " + ("FlatWeights (one CUDA buffer on the trainer's GPU, CUDA IPC)"
-                                if all(d.startswith("cuda") for d in where)
+                                if all(d.startswith("cuda") for d in placement(cfg))
                                 else "SharedWeights (one flat CPU tensor in shared memory)"))
 
 
@@ -165,53 +161,13 @@ def plot_run(s: Setup, cfg, name: str) -> None:
     """Draw a run's timeline (its last 10 s; the whole run in SMOKE) into ``<name>.png``."""
     import matplotlib.pyplot as plt
 
-    from tba_lab.lab.timeline import load_timeline, plot_timeline
+    from tba_lab.lab.timeline import plot_timeline
 
-    wall = load_timeline(cfg.output_dir)["wall_seconds"]
-    window = (0.0, wall) if s.smoke else (max(0.0, wall - 10.0), wall)
     fig, ax = plt.subplots(figsize=(11, 1.6 + 1.1 * (s.searchers + 1)))
-    plot_timeline(cfg.output_dir, ax=ax, window=window,
-                  title=f"{name}: placement {placement(cfg)}, {window[0]:.0f}-{window[1]:.0f} s")
+    plot_timeline(cfg.output_dir, ax=ax, last=None if s.smoke else 10.0,
+                  title=f"{name}: placement {placement(cfg)}, "
+                        + ("the whole run" if s.smoke else "the last 10 s"))
     show_figure(fig, s.out / f"{name}.png")
-
-
-def time_weight_channel(cfg, syncs: int = 40) -> dict:
-    """Publish and pull the policy ``syncs`` times through the channel the local launcher
-    builds for ``cfg``'s placement (no searcher started), print the timings and return their
-    medians {"publish_ms", "pull_ms"}; {} when it cannot be timed so (the reason printed)."""
-    import torch
-
-    from tba_lab.models import load_policy
-    from tba_lab.registry import LAUNCHERS
-
-    device = placement(cfg)[0]
-    policy, _ = load_policy(cfg.model.path)
-    policy.to(device)
-    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
-    launcher, out = None, {}
-    try:
-        launcher = LAUNCHERS.get("local")(cfg, policy, True)  # builds the channel only
-        channel, pub, pull, have = launcher.weights, [], [], 0
-        for v in range(1, syncs + 1):
-            t0 = time.perf_counter()
-            launcher.publish(policy, v)
-            sync()
-            t1 = time.perf_counter()
-            have, _ = channel.pull(have)
-            sync()
-            pull.append(time.perf_counter() - t1)
-            pub.append(t1 - t0)
-        out = {"publish_ms": 1e3 * statistics.median(pub), "pull_ms": 1e3 * statistics.median(pull)}
-        print(f"{type(channel).__name__} on {device}: {sum(p.numel() for p in policy.parameters()):,} "
-              f"parameters; publish median {out['publish_ms']:.2f} ms (fastest {1e3 * min(pub):.2f}), "
-              f"pull median {out['pull_ms']:.2f} ms (fastest {1e3 * min(pull):.2f}); {len(pub)} "
-              f"syncs, last version pulled {have}")
-    except Exception as e:  # a channel that cannot be timed this way: say so, do not guess
-        print(f"could not time the weight channel directly: {type(e).__name__}: {e}")
-    finally:
-        if launcher is not None:
-            launcher.stop()
-    return out
 
 
 def plot_recorded(out: Path) -> None:
@@ -246,35 +202,3 @@ def print_launcher_protocol() -> None:
         print(f"launcher.{name}{inspect.signature(fn)}\n    {inspect.getdoc(fn).splitlines()[0]}")
     print("\nregistered launchers (async.launcher):", LAUNCHERS.names())
     print("Ray installed here:", importlib.util.find_spec("ray") is not None)
-
-
-def ray_run(s: Setup, devices: dict, local: dict):
-    """Section 3's run again through the Ray launcher (a local Ray with 2 logical CPUs),
-    printed beside the local launcher's ``local`` timings and drawn (ray_timeline.png); returns
-    its :func:`~tba_lab.lab.simulate.run_timings`, or None when skipped (the reason printed)."""
-    from tba_lab.lab.simulate import format_table, run_timings
-    from tba_lab.registry import LAUNCHERS
-    from tba_lab.trainer import train
-
-    if not s.ray_installed:
-        print("skipped: Ray is not installed here (pip install -e '.[ray]')")
-        return None
-    if not s.ray_launcher:
-        print(f"skipped: Ray is installed, but no launcher is registered under 'ray' "
-              f"(registered: {LAUNCHERS.names()})")
-        return None
-    # the launcher starts a local Ray (no dashboard) and shuts it down at the end of the run;
-    # with RAY_ADDRESS set it would join that cluster instead
-    t0 = time.time()
-    cfg = run_config(s, devices, launcher="ray", ray={"num_cpus": 2})
-    train(cfg, progress=False)
-    timings = run_timings(cfg.output_dir)
-    print(f"ray: {time.time() - t0:.0f} s with Ray's start, the actors' start-up and evaluation")
-    print(format_table([{"launcher": "ray", **timings}, {"launcher": "local", **local}],
-                       ["launcher", "num_searchers", "searcher_start_seconds", "gen_seconds",
-                        "update_seconds", "steady_updates_per_minute", "samples_per_minute",
-                        "staleness_mean"]))
-    if s.smoke:
-        print(SMOKE_NOTE)
-    plot_run(s, cfg, "ray_timeline")
-    return timings

@@ -28,9 +28,8 @@ from tba_lab.actors.placement import available_cores
 from tba_lab.lab.experiments import (beta, buffer_sampling, default, off_policy, per_update,
                                      race, scaling)
 from tba_lab.lab.experiments.common import (ExperimentError, basic_numbers, check_seeds,
-                                            claim_lines, header, now, pct, pyplot, rng,
-                                            run_seconds, spread, time_to_target, train_run,
-                                            write_result)
+                                            claim_lines, header, now, pct, rng, run_seconds,
+                                            spread, time_to_target, train_run, write_result)
 from tba_lab.runlog import eval_metric
 
 EXPERIMENTS = {m.NAME: m for m in (off_policy, buffer_sampling, beta, scaling)}  # `all` runs these
@@ -47,11 +46,13 @@ DEFAULT_SEEDS, SMOKE_SEEDS = (0, 1, 2), (0,)
 SEEDS_OF = {"off_policy": off_policy.SEEDS, "tune": per_update.TUNE_SEEDS}
 # Settings checked beyond their type: key -> (test of the value, message)
 CHECKS = {"eval_size": (lambda v: isinstance(v, int) and v >= 1,
-                        "--eval-size {v}: give the number of held-out problems, >= 1"),
-          "target": (lambda v: 0 < v <= 1, "--target {v}: give an accuracy in (0, 1], e.g. 0.40"),
+                        "--set eval_size={v}: give the number of held-out problems, >= 1"),
+          "target": (lambda v: 0 < v <= 1,
+                     "--set target={v}: give an accuracy in (0, 1], e.g. target=0.40"),
           "searchers": (lambda v: v and len(set(v)) == len(v)
                         and all(isinstance(n, int) and n >= 1 for n in v),
-                        "--searchers {v}: give distinct searcher counts >= 1, e.g. 1 2 4 8")}
+                        "--set searchers={v}: give distinct searcher counts >= 1, "
+                        "e.g. searchers=1,2,4,8")}
 
 
 def resolve(name: str) -> list[str]:
@@ -125,8 +126,9 @@ def experiment_settings(name: str, smoke: bool = False, settings: dict | None = 
                for v in (value if isinstance(value, list) else [value])):
             raise ExperimentError(f"--set {key}={value}: give a finite number, e.g. {key}={s[key]}")
         ok, message = CHECKS.get(key, (None, ""))
-        if ok and not ok(value):
-            raise ExperimentError(message.format(v=value))
+        if ok and not ok(value):  # a list shown as --set takes it, comma-separated
+            raise ExperimentError(message.format(
+                v=",".join(map(str, value)) if isinstance(value, list) else value))
         s[key] = sorted(value) if key == "searchers" else value
     return s
 
@@ -268,9 +270,11 @@ def figure(name: str, a: dict, runs: list[dict], out: Path) -> str:
     """``NAME.png``: the held-out headline metric of every run over training (seconds, or
     updates where a run has no clock), then a panel per metric (the first three): each
     variant's mean, a bar from the lowest to the highest seed. Returns the file name."""
-    plt = pyplot()
+    from matplotlib.figure import Figure
+
     keys = [k for k in a["metrics"] if any(c[k]["n"] for c in a["cells"])][:3]
-    fig, axes = plt.subplots(1, 1 + len(keys), figsize=(4.5 * (1 + len(keys)), 4), squeeze=False)
+    fig = Figure(figsize=(4.5 * (1 + len(keys)), 4))
+    axes = fig.subplots(1, 1 + len(keys), squeeze=False)
     variants = [c["variant"] for c in a["cells"]]
     color = {v: f"C{i % 10}" for i, v in enumerate(variants)}
     ax = axes[0][0]
@@ -298,7 +302,6 @@ def figure(name: str, a: dict, runs: list[dict], out: Path) -> str:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / f"{name}.png", dpi=110)
-    plt.close(fig)
     return f"{name}.png"
 
 
@@ -376,8 +379,7 @@ def main(args) -> int:
 
     try:
         if args.report_only:
-            given = [f"--{k.replace('_', '-')}" for k in ("smoke", "seeds", "eval_size", "target",
-                                                          "searchers", "set", "config")
+            given = [f"--{k}" for k in ("smoke", "seeds", "set", "config")
                      if getattr(args, k) not in (None, False)]
             if given:
                 raise ExperimentError(f"--report-only runs nothing, so {' '.join(given)} would "
@@ -400,16 +402,8 @@ def main(args) -> int:
 
 def _run_from_args(args) -> dict[str, dict]:
     """Check every flag and the plans (before any run), then run; ``{name: result}``."""
-    names = resolve(args.name)
+    resolve(args.name)  # an unknown name stops here, listing the known ones
     settings = {}
-    for key in ("eval_size", "target", "searchers"):  # flags of the experiments with that setting
-        if getattr(args, key) is None:
-            continue
-        if not any(key in default_settings(n, args.smoke) for n in names):
-            having = [n for n in PRESETS if key in default_settings(n)]
-            raise ExperimentError(f"--{key} applies to the {' and '.join(having)} experiment"
-                                  f"{'s' if len(having) > 1 else ''} only, not {args.name!r}")
-        settings[key] = getattr(args, key)
     for item in args.set or []:  # KEY=VALUE: one of the preset's settings
         key, sep, text = item.partition("=")
         if not sep or not key:

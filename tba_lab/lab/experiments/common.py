@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tba_lab.actors.placement import available_cores
 from tba_lab.runlog import time_to_target  # noqa: F401  (presets, notebook 07)
+from tba_lab.runlog import write_text_atomic
 
 PAPER = "TBA (Bartoldson et al., arXiv 2503.18929)"
 
@@ -114,19 +115,22 @@ def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "poi
     return out
 
 
+def signed(v: float | None, digits: int = 1) -> str:
+    """A number with its sign to ``digits`` decimals ("+1.5"), "n/a" for None; rounded first,
+    so that a mean of -1e-17 prints as "+0.0", not "-0.0"."""
+    return "n/a" if v is None else f"{round(v, digits) + 0.0:+.{digits}f}"
+
+
 def claim_sentence(c: dict, digits: int = 1) -> str:
     """One report line of a :func:`claim_test` result: claim, estimate, interval, verdict."""
-    def f(v):  # round first: a mean of -1e-17 is 0.0, not "-0.0"
-        return "n/a" if v is None else f"{round(v, digits) + 0.0:+.{digits}f}"
-
     if c["estimate"] is None:
         return f"{c['claim']}: no seed gave a value, **inconclusive**."
+    estimate = f"{c['claim']}: {signed(c['estimate'], digits)} {c['unit']}"
     if c["ci_low"] is None:
-        return (f"{c['claim']}: {f(c['estimate'])} {c['unit']} from one seed, no interval: "
-                f"**inconclusive**.")
-    return (f"{c['claim']}: {f(c['estimate'])} {c['unit']}, 95% interval {f(c['ci_low'])} to "
-            f"{f(c['ci_high'])} over {c['n']} seeds; smallest effect this run could detect "
-            f"{abs(c['min_detectable_effect']):.{digits}f}, smallest of interest "
+        return f"{estimate} from one seed, no interval: **inconclusive**."
+    return (f"{estimate}, 95% interval {signed(c['ci_low'], digits)} to "
+            f"{signed(c['ci_high'], digits)} over {c['n']} seeds; smallest effect this run could "
+            f"detect {abs(c['min_detectable_effect']):.{digits}f}, smallest of interest "
             f"{c['delta']:.{digits}f}: **{c['verdict']}**.")
 
 
@@ -318,17 +322,6 @@ def basic_numbers(summary: dict, s: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------- reports
-def pyplot():
-    """matplotlib.pyplot, on Agg unless a notebook's inline backend is active."""
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, settings: dict,
            started: str, seconds: float, n_runs: int, estimate: float,
            config: dict | None = None, cores: tuple | None = None) -> list[str]:
@@ -352,9 +345,7 @@ def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, set
 def write_result(out: Path, result: dict) -> None:
     """``results.json`` (rewritten after every run, so a stopped sweep keeps its runs)."""
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1, default=float) + "\n")
-    tmp.replace(out / "results.json")
+    write_text_atomic(out / "results.json", json.dumps(result, indent=1, default=float) + "\n")
 
 
 def now() -> str:

@@ -25,6 +25,8 @@ from pathlib import Path
 from tba_lab.lab.experiments.common import (BATCH, GAIN_DELTA, RATE_DELTA, ExperimentError, fixed,
                                             held_out, paired, paper_claim, pct, points,
                                             sized)
+from tba_lab.lab.experiments.race import TASKS
+from tba_lab.paths import REPO_DIR
 
 NAME = "default"
 TITLE = "The default run: `tba-lab train` over seeds"
@@ -37,8 +39,6 @@ DEPARTURES = [
     "Not a claim of the paper: the kit's own default run on its tiny model and synthetic task, "
     "timed on this machine's CPU cores.",
 ]
-HERE = Path(__file__).resolve().parents[3]  # this checkout: the package's repository
-HEADLINE = {"preference": "win_rate", "redteam": "attack_success"}  # arithmetic: accuracy
 
 
 def settings(smoke: bool, minimal: bool = False) -> dict:
@@ -60,11 +60,11 @@ def variants(s: dict) -> list[tuple[str, dict]]:
     Raises:
         ExperimentError: ``other`` is neither a folder nor a commit of this repository."""
     if s["other"] and not Path(s["other"]).is_dir():
-        found = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--verify", "--quiet",
+        found = subprocess.run(["git", "-C", str(REPO_DIR), "rev-parse", "--verify", "--quiet",
                                 f"{s['other']}^{{commit}}"], capture_output=True, text=True)
         if found.returncode != 0:
             raise ExperimentError(f"--set other={s['other']}: not a folder and not a commit of "
-                                  f"{HERE}; give a checkout's folder or a commit (e.g. HEAD~1)")
+                                  f"{REPO_DIR}; give a checkout's folder or a commit (e.g. HEAD~1)")
         s["other"] = found.stdout.strip()
     over: dict = {}
     if s.get("minutes"):
@@ -87,12 +87,12 @@ def checkout(other: str):
         return
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "other"
-        subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", str(tree), other],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["git", "-C", str(REPO_DIR), "worktree", "add", "--detach", str(tree),
+                        other], check=True, stdout=subprocess.DEVNULL)
         try:
             yield tree
         finally:
-            subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(tree)],
+            subprocess.run(["git", "-C", str(REPO_DIR), "worktree", "remove", "--force", str(tree)],
                            check=False)
 
 
@@ -113,7 +113,7 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(overrides))
         cmd += ["--config", str(path)]
-    with (checkout(s["other"]) if variant == "other" else contextlib.nullcontext(HERE)) as code:
+    with (checkout(s["other"]) if variant == "other" else contextlib.nullcontext(REPO_DIR)) as code:
         subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(code)}, cwd=code, check=True,
                        stdout=subprocess.DEVNULL)
     return json.loads((run_dir / "summary.json").read_text()), read_jsonl_rows(run_dir / "eval.jsonl")
@@ -132,8 +132,8 @@ def run_minimal(run_dir: Path, seed: int, s: dict) -> dict:
     cmd = [sys.executable, "-c", "import json, sys; from tba_lab.minimal import main; "
            "print(json.dumps(main(sys.argv[1:])))", "--seed", str(seed),
            "--minutes", str(s["minutes"] or 3.0), "--eval-size", str(s["eval_size"] or 500)]
-    done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(HERE)}, cwd=HERE, check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(REPO_DIR)}, cwd=REPO_DIR,
+                          check=True, capture_output=True, text=True)
     (run_dir / "output.txt").write_text(done.stdout + done.stderr)
     out = json.loads(done.stdout.strip().splitlines()[-1])
     summary = {**out, "held_out_metrics": ["accuracy"], "staleness_max": None,
@@ -143,7 +143,7 @@ def run_minimal(run_dir: Path, seed: int, s: dict) -> dict:
 
 
 def metrics(s: dict) -> dict:
-    head = HEADLINE.get(s["task"], "accuracy")
+    head = TASKS.get(s["task"], ("accuracy",))[0]  # the task race's headline; arithmetic: accuracy
     return {"headline_after": (f"held-out {head} after training", pct),
             "gain": (f"{head} gain (points)", points),
             "updates_per_minute": ("trainer updates per minute", fixed(1)),
@@ -167,7 +167,7 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
 def claims(runs: list[dict], s: dict) -> list[dict]:
     """The claims of no change of the module docstring (gains from each row's summary: the
     rows stored before the runner recorded ``gain`` have none)."""
-    head = HEADLINE.get(s["task"], "accuracy")
+    head = TASKS.get(s["task"], ("accuracy",))[0]  # the task race's headline; arithmetic: accuracy
     ran = {r["variant"] for r in runs}
 
     def gain(r):

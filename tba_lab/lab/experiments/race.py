@@ -32,6 +32,7 @@ from tba_lab.lab.experiments.common import (BATCH, PAPER, RATE_DELTA, Experiment
                                             core_overrides, fixed, held_out, paired, paper_claim,
                                             pct, per_seed, points, sized, time_to_target,
                                             train_run)
+from tba_lab.paths import REPO_DIR
 
 NAME = "race"
 TITLE = "The race: async TBA against sync TB, GRPO and TRL at equal wall clock"
@@ -54,7 +55,7 @@ LEGS = {"a": ("sync GRPO", {"algo": "grpo", "async": {"mode": "sync"}}),
         "c2": ("async TBA, 2 searchers", {"algo": "tb", "async": {"mode": "async", "num_searchers": 2}}),
         "c3": ("async TBA, 3 searchers", {"algo": "tb", "async": {"mode": "async", "num_searchers": 3}})}
 TB_LEGS = ("b", "c", "c2", "c3")  # the legs that train with TB; a task race's baselines: the rest
-TRL_SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "trl_grpo.py"
+TRL_SCRIPT = REPO_DIR / "bench" / "trl_grpo.py"
 PAPER_SPEED = ("abstract and Fig. 1: decoupling search from training speeds post-training up "
                "4x or more in wall-clock time; GSM8K, RhoMath-1B, 4 A100 GPUs")
 # task -> (headline metric, trade-off metric, the metric of TB's claim, smallest effect of

@@ -67,10 +67,9 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
     row = {"searchers": int(t["num_searchers"]), "predicted_steady_upm": None,
            "timings": {k: _finite(v) for k, v in t.items()}}
     same_seed = [r for r in runs if r["seed"] == summary["seed"]] + [row]
-    base = min(same_seed, key=lambda r: r["searchers"])["timings"]
-    bt = {k: float("nan") if v is None else v for k, v in base.items()}
-    if all(math.isfinite(bt[k]) for k in ("gen_seconds", "score_seconds", "update_seconds")):
-        sim = simulate_run(t, timings=bt, cores=available_cores(), seed=int(summary["seed"]))
+    base = min(same_seed, key=lambda r: r["searchers"])["timings"]  # None where not finite
+    if all(base[k] is not None for k in ("gen_seconds", "score_seconds", "update_seconds")):
+        sim = simulate_run(t, timings=base, cores=available_cores(), seed=int(summary["seed"]))
         row["predicted_steady_upm"] = _finite(sim.steady_updates_per_minute)
     return row
 
