@@ -527,7 +527,10 @@ def split_evals(evals: list[dict], summary: dict | None = None) -> tuple[list, l
 
 
 def read_run(run_dir: str | Path) -> dict:
-    """``{"metrics": [...], "evals": [...], "summary": dict | None}`` of a (maybe running) run."""
+    """``{"metrics": [...], "evals": [...], "summary": dict | None}`` of a (maybe running) run:
+    the rows of ``metrics.jsonl`` and ``eval.jsonl`` (``[]`` before they exist) and
+    ``summary.json`` (None before the run ends). Raises ``json.JSONDecodeError`` for a corrupt
+    line before a file's last (:func:`read_jsonl_rows`)."""
     run_dir = Path(run_dir)
     return {"metrics": read_jsonl_rows(run_dir / "metrics.jsonl"),
             "evals": read_jsonl_rows(run_dir / "eval.jsonl"),
