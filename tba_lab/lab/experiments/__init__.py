@@ -200,6 +200,7 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     t0 = time.time()
     result = {"experiment": name, "title": mod.TITLE, "claim": mod.CLAIM, "smoke": smoke,
               "started": now(), "cores": os.cpu_count(), "cores_available": available_cores(),
+              **design_commit(mod),
               "seeds": seeds, "settings": s, "config": config or {},
               "estimate_seconds": round(est, 1), "runs": []}
     runs = result["runs"]
@@ -211,12 +212,15 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
             t_run = time.time()
             summary, evals = runner(variant, overrides, run_dir, seed, s)
             row = {"variant": variant, "seed": seed, "run_dir": str(run_dir),
+                   "cores_available": result["cores_available"],
                    "overrides": overrides, "summary": summary, **basic_numbers(summary, s)}
             head = row["metrics"][0]  # accuracy, win_rate ..
             row["evals"] = [{k: e.get(k) for k in ("step", "wall_seconds", "n", *row["metrics"])}
-                            for e in evals]
+                            | ({"kl": e["kl"]} if "kl" in e else {}) for e in evals]
             if "target" in s and evals:  # the presets about speed (race, scaling)
                 row["time_to_target"] = time_to_target(evals, s["target"])
+                if s.get("target_high"):
+                    row["time_to_target_high"] = time_to_target(evals, s["target_high"])
             row.update(mod.measure(run_dir, summary, s, variant, runs))
             row["seconds"] = round(time.time() - t_run, 1)
             runs.append(row)
@@ -228,6 +232,27 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
     result = _write_analysis(mod, out, result)
     say(f"{name}: done in {result['seconds'] / 60:.1f} min; report {result['report']}")
     return result
+
+
+def design_commit(mod) -> dict:
+    """``{"commit": HEAD, "design_commit": the last commit of the preset's file, "design_dirty":
+    whether the file differs from it}`` of the checkout the runs use (all None outside a git
+    checkout): the report cites the design commit, which must precede the runs."""
+    import subprocess
+
+    path = Path(mod.__file__).resolve()
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=path.parent, capture_output=True,
+                                  text=True, timeout=30).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    head = git("rev-parse", "HEAD")
+    design = git("log", "-1", "--format=%H", "--", str(path)) if head else None
+    dirty = bool(git("status", "--porcelain", "--", str(path))) if head else None
+    return {"commit": head, "design_commit": design, "design_dirty": dirty}
 
 
 # ---------------------------------------------------------------------------------- analysis
@@ -311,16 +336,21 @@ def _write_analysis(mod, out: Path, result: dict) -> dict:
     name, s = result["experiment"], result["settings"]
     a = analyse(name, result["runs"], s)
     fig = figure(name, a, result["runs"], out)
-    result.update(analysis=a, readings=readings(name, a, s), figures=[fig])
+    result.update(analysis=a, readings=readings(name, a, s))
     lines = header(name, mod.TITLE, mod.CLAIM, result["seeds"], result["smoke"], s,
                    result["started"], result["seconds"], len(result["runs"]),
                    result["estimate_seconds"], result["config"],
                    (result.get("cores"), result.get("cores_available")))
     if getattr(mod, "DESIGN", None):  # the estimand and verdict rule, written before the runs
-        lines += ["## Design (fixed before the runs)", "", *[f"- {d}" for d in mod.DESIGN], ""]
-    lines += ["## Figure", "", f"![{mod.TITLE}]({fig})", "",
+        lines += ["## Design (fixed before the runs)", "", design_line(result), "",
+                  *[f"- {d}" for d in mod.DESIGN], ""]
+    figs = [fig] + ([mod.extra_figure(result["runs"], s, out)]
+                    if hasattr(mod, "extra_figure") else [])
+    lines += ["## Figure", "", *[f"![{mod.TITLE}]({f})" for f in figs], "",
               "**Reading (sentences generated from this run's numbers):**", "",
               *[f"- {r}" for r in result["readings"]], ""]
+    if hasattr(mod, "extra_table"):
+        lines += mod.extra_table(result["runs"], s)
     capped = [f"{r['variant']} seed {r['seed']}" for r in result["runs"] if r.get("capped")]
     if capped:
         lines += [f"**Stopped by the time cap before max_steps:** {', '.join(capped)}.", ""]
@@ -329,8 +359,21 @@ def _write_analysis(mod, out: Path, result: dict) -> dict:
               *[f"- {d}" for d in mod.DEPARTURES], "",
               "Every run's raw numbers are in `results.json`; each run's files in `runs/`."]
     (out / "report.md").write_text("\n".join(lines) + "\n")
+    result["figures"] = figs
     write_result(out, result)
-    return {**result, "report": str(out / "report.md"), "figures": [str(out / fig)]}
+    return {**result, "report": str(out / "report.md"), "figures": [str(out / f) for f in figs]}
+
+
+def design_line(result: dict) -> str:
+    """Which commit held the design the runs used, and whether it was committed unchanged."""
+    commit = result.get("design_commit")
+    if not commit:
+        return ("Design commit: not recorded (the runs predate the record, or ran outside a "
+                "git checkout).")
+    text = (f"Design commit: `{commit[:10]}` (the last commit of the preset's file before the "
+            f"runs; the runs used `{(result.get('commit') or '?')[:10]}`).")
+    return text + (" **The preset's file had uncommitted changes when the runs started.**"
+                   if result.get("design_dirty") else "")
 
 
 def rewrite_report(name: str, output_dir: str | Path = "runs/experiments") -> dict:
@@ -351,6 +394,8 @@ def rewrite_report(name: str, output_dir: str | Path = "runs/experiments") -> di
                                 f"{name} --output-dir {output_dir}`")
     result = {k: v for k, v in data.items() if k not in ("analysis", "readings", "figures")}
     result.setdefault("config", {})  # results written before --config existed
+    for r in result["runs"]:  # rows written before they carried the cores (scaling's premise)
+        r.setdefault("cores_available", result.get("cores_available"))
     return _write_analysis(module(name), path.parent, result)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (BATCH, FULL_UPDATES, GAIN_DELTA, PAPER, core_overrides,
                                             fixed, load_run_policy, one_thread, paired, paper_claim,
-                                            pct, points, sized)
+                                            pct, points, premise, sized)
 
 NAME = "beta"
 TITLE = "KL coefficient beta: constant or annealed (TB)"
@@ -108,18 +108,29 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
     return {"beta_last": last.get("beta"), **kl}
 
 
+def equal_updates(runs: list[dict], a: str, b: str) -> dict:
+    """Premise of a comparison at equal updates: every seed's two runs made as many updates."""
+    steps = {(r["variant"], r["seed"]): r.get("trainer_steps") for r in runs}
+    pairs = [(steps[a, k], steps.get((b, k))) for v, k in steps if v == a]
+    same = bool(pairs) and all(x is not None and x == y for x, y in pairs)
+    return premise("both settings made the same number of updates in every seed", same,
+                   f"updates {sorted({x for p in pairs for x in p if x is not None})}",
+                   "runs that reach their max_steps (a longer max_minutes)")
+
+
 def claims(runs: list[dict], s: dict) -> list[dict]:
     """The claims of the module docstring: ``const_small`` minus ``const_default``."""
     b0, b1 = f"{s['beta_default']:g}", f"{s['beta_small']:g}"
+    same = equal_updates(runs, "const_small", "const_default")
     return [
         paper_claim("beta.kl", f"A smaller beta ({b1}) moves the policy further from the "
                     f"reference than the default ({b0})", PAPER_BETA, f"mean over seeds of the "
                     f"KL to the reference at beta {b1} minus at beta {b0}, same seed, equal "
                     f"updates", paired(runs, "const_small", "const_default", "kl"), +1, KL_DELTA,
-                    "nats", digits=2),
+                    "nats", digits=2, premise=same),
         paper_claim("beta.accuracy", f"A smaller beta ({b1}) raises held-out accuracy over the "
                     f"default ({b0})", PAPER_BETA, f"mean over seeds of the accuracy at beta {b1} "
                     f"minus at beta {b0}, same seed, equal updates",
                     paired(runs, "const_small", "const_default", "accuracy_after"), +1,
-                    GAIN_DELTA, "points", scale=100.0),
+                    GAIN_DELTA, "points", scale=100.0, premise=same),
     ]

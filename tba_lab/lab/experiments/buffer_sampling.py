@@ -6,7 +6,9 @@ sync) and by reward (softmax of inv_temp * r) gives further gains and more diver
 m = 0.8, equal updates; after training, greedy accuracy and the distinct correct responses
 among K samples per held-out prompt (:func:`measure`; the trainer does not log it). Claims,
 paired by seed, predicted positive, smallest effect 3 points: accuracy at the largest m minus
-at m = 0, and at inv_temp 1 minus 0 at each m run with both.
+at m = 0, and at inv_temp 1 minus 0 at each m run with both. The paper's gains come "as data
+generation is scaled": each claim's premise is that the searchers generated at least twice the
+rollouts the trainer trained on, so that the sampler had a choice to make.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (BATCH, FULL_UPDATES, GAIN_DELTA, PAPER, core_overrides,
                                             fixed, load_run_policy, one_thread, paired, paper_claim,
-                                            pct, sized)
+                                            pct, premise, sized)
 
 NAME = "buffer"
 TITLE = "Replay-buffer sampling: recency m and reward prioritisation inv_temp"
@@ -88,10 +90,31 @@ def share_over_k(buffer_path: Path, k: int) -> float | None:
     return sum(len(buffer.items(i)) > k for i in ids) / max(1, len(ids))
 
 
+def generation_ratio(row: dict) -> float | None:
+    """Rollouts generated over rollouts trained on (updates x B x K) in one run; None if the
+    run made no update or recorded no rate."""
+    trained = row.get("trainer_steps", 0) * row["overrides"]["training"]["num_prompts_per_step"] \
+        * row["overrides"]["training"]["num_generations"]
+    made = (row.get("samples_per_minute") or 0) * row.get("wall_seconds", 0) / 60
+    return made / trained if trained and made else None
+
+
+def surplus(runs: list[dict]) -> dict:
+    """Premise of both claims: the mean :func:`generation_ratio` over the runs is at least 2."""
+    ratios = [x for x in map(generation_ratio, runs) if x is not None]
+    mean = sum(ratios) / len(ratios) if ratios else None
+    return premise("the searchers generate at least twice the rollouts the trainer trains on "
+                   "(the paper's regime of scaled generation, where the sampler has a choice)",
+                   mean is not None and mean >= 2.0,
+                   "generated / trained " + ("unrecorded" if mean is None else f"{mean:.2f}"),
+                   "searchers on hardware of their own that outpace the trainer (a GPU machine, "
+                   "or several cores per searcher)")
+
+
 def claims(runs: list[dict], s: dict) -> list[dict]:
     """The claims of the module docstring (no recency claim with one m)."""
     ms = sorted(s["recency"])
-    out = []
+    out, scaled = [], surplus(runs)
     if len(ms) > 1:
         out.append(paper_claim(
             "buffer.recency", f"Recency-prioritised sampling (m = {ms[-1]:g}) raises held-out "
@@ -99,12 +122,12 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
             f"mean over seeds of the accuracy at m = {ms[-1]:g} minus at m = {ms[0]:g}, inv_temp "
             f"0, same seed, equal updates",
             paired(runs, _label(ms[-1], 0), _label(ms[0], 0), "accuracy_after"), +1, GAIN_DELTA,
-            "points", scale=100.0))
+            "points", scale=100.0, premise=scaled))
     for m in [m for m in s["inv_temp_at"] if m in ms]:
         out.append(paper_claim(
             f"buffer.reward_m{m:g}", f"Reward-prioritised sampling (inv_temp 1) raises held-out "
             f"accuracy over inv_temp 0 at m = {m:g}", PAPER_SAMPLING, f"mean over seeds of the "
             f"accuracy at inv_temp 1 minus at inv_temp 0, m = {m:g}, same seed, equal updates",
             paired(runs, _label(m, 1), _label(m, 0), "accuracy_after"), +1, GAIN_DELTA, "points",
-            scale=100.0))
+            scale=100.0, premise=scaled))
     return out

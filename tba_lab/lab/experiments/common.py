@@ -52,30 +52,50 @@ def binomial_se_points(p: float, n: int) -> float:
     return 100.0 * math.sqrt(max(p * (1.0 - p), 0.0) / max(n, 1))
 
 
+VERDICTS = ("supported", "contradicted", "negligible", "inconclusive", "not testable here")
+MIN_SEEDS = 3  # fewer seeds give no verdict (two seeds' t-interval spans +-12.7 SD)
+
 VERDICT_RULE = (
-    "Verdict rule, fixed before the numbers: the estimate is the mean over seeds of the paired "
-    "per-seed difference, with a 95% t-interval over seeds. *supported*: the interval lies wholly "
-    "on the side of 0 the claim predicts; *falsified*: it lies wholly on the other side, or "
-    "wholly within +-delta (any effect is smaller than the smallest effect of interest, delta); "
-    "*inconclusive*: anything else, or fewer than two seeds. A claim of no change (a checkout "
-    "or a one-file copy that should learn as the library does) is *supported* when the "
-    "interval lies wholly within +-delta, *falsified* when it lies wholly outside it. The "
-    "minimal detectable effect is "
-    "the true effect this many seeds would find with 80% power in a two-sided 5% test: "
-    "(t(0.975, n-1) + t(0.8, n-1)) x SD / sqrt(n).")
+    "Verdict rule, fixed in each experiment's design commit before its runs: first the premise, "
+    "the condition under which the run can test the claim (e.g. the baseline's own drop reaches "
+    "delta; each searcher has a core of its own), checked on the run's own data; if it is not "
+    "met the verdict is *not testable here* and the report says what a test would need. Else "
+    "the estimate is the mean over seeds of the paired per-seed difference, with a 95% "
+    "t-interval over seeds; with fewer than 3 seeds, or with no spread between the seeds' "
+    "differences, no verdict is given (*inconclusive*). With delta the smallest effect of "
+    "interest, the same on both sides: *negligible*: the interval lies wholly within +-delta "
+    "(any effect, of either sign, is smaller than matters); *supported*: wholly on the side of "
+    "0 the claim predicts, and not negligible; *contradicted*: wholly on the other side, and not "
+    "negligible; *inconclusive*: anything else. A claim of no change (a checkout or a one-file "
+    "copy that should learn as the library does; an accuracy that should hold as asynchrony "
+    "grows) is *supported* when the interval lies wholly within +-delta, *contradicted* when "
+    "wholly outside it. A seed without a value is named in the report. The minimal detectable "
+    "effect is the true effect this many seeds would find with 80% power in a two-sided 5% "
+    "test: (t(0.975, n-1) + t(0.8, n-1)) x SD / sqrt(n); a verdict other than negligible can "
+    "stand with it above delta (the observed effect was large enough), but then an interval "
+    "across 0 says little.")
+
+
+def premise(condition: str, met: bool, observed: str, needs: str = "") -> dict:
+    """What a claim needs of its run before its estimand is read: ``condition`` (words),
+    whether the run ``met`` it (from its own data), what it ``observed`` and what a test
+    would ``needs`` where it was not met."""
+    return {"condition": condition, "met": bool(met), "observed": observed, "needs": needs}
 
 
 def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "points",
-               scale: float = 1.0) -> dict:
+               scale: float = 1.0, premise_met: bool = True) -> dict:
     """The verdict on one claim from its per-seed paired differences, by :data:`VERDICT_RULE`
     (the one-sample t-test on paired differences).
 
     ``diffs``: treatment minus control per seed (None entries left out and counted);
     ``direction``: +1 or -1 (the sign the claim predicts) or 0 (no change larger than
-    ``delta``, the smallest effect of interest); ``scale`` multiplies the estimate, interval
-    and delta (100: fractions to points). Returns ``{"claim", "estimate", "ci_low",
-    "ci_high", "min_detectable_effect", "delta", "verdict", "n", "missing", "unit",
-    "direction"}``; no interval and "inconclusive" with fewer than two seeds.
+    ``delta``, the smallest effect of interest, the same on both sides); ``scale`` multiplies
+    the estimate, interval and delta (100: fractions to points); ``premise_met`` False gives
+    "not testable here" whatever the numbers. Returns ``{"claim", "estimate", "ci_low",
+    "ci_high", "min_detectable_effect", "delta", "verdict", "reason", "n", "missing", "unit",
+    "direction"}``: no interval with fewer than two seeds; "inconclusive" with fewer than
+    :data:`MIN_SEEDS` or no spread (``reason`` says which).
 
     Raises:
         ValueError: ``direction`` not +1, -1 or 0, ``delta`` not > 0, or a non-finite difference.
@@ -93,25 +113,34 @@ def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "poi
         raise ValueError(f"diffs={values}: a difference is NaN or infinite")
     out = {"claim": claim, "estimate": None, "ci_low": None, "ci_high": None,
            "min_detectable_effect": None, "delta": delta * scale, "verdict": "inconclusive",
-           "n": len(xs), "missing": len(values) - len(xs), "unit": unit, "direction": direction}
-    if not xs:
-        return out
-    n, mean = len(xs), sum(xs) / len(xs)
-    out["estimate"] = mean * scale
-    if n < 2:
-        return out
-    se = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n)
-    t975, t80 = (float(stats.t.ppf(q, n - 1)) for q in (0.975, 0.8))
-    lo, hi = mean - t975 * se, mean + t975 * se
-    within = -delta < lo and hi < delta
-    if direction == 0:  # a claim of no change: an equivalence margin of +-delta
-        verdict = ("supported" if within else
-                   "falsified" if lo >= delta or hi <= -delta else "inconclusive")
+           "reason": "", "n": len(xs), "missing": len(values) - len(xs), "unit": unit,
+           "direction": direction}
+    n = len(xs)
+    mean = sum(xs) / n if n else None
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else None
+    if n:
+        out["estimate"] = mean * scale
+    if n > 1:
+        se = sd / math.sqrt(n)
+        t975, t80 = (float(stats.t.ppf(q, n - 1)) for q in (0.975, 0.8))
+        lo, hi = mean - t975 * se, mean + t975 * se
+        out.update(ci_low=lo * scale, ci_high=hi * scale,
+                   min_detectable_effect=(t975 + t80) * se * scale)
+    if not premise_met:
+        out.update(verdict="not testable here", reason="the premise was not met")
+    elif n < MIN_SEEDS:
+        out["reason"] = f"{n} seed(s) with a value; a verdict needs {MIN_SEEDS} or more"
+    elif sd <= 1e-12 * max(1.0, abs(mean)):
+        out["reason"] = "every seed gave the same difference: no spread to measure the noise by"
     else:
-        low, high = sorted((lo * direction, hi * direction))  # the predicted side made positive
-        verdict = "supported" if low > 0 else "falsified" if high < 0 or within else "inconclusive"
-    out.update(ci_low=lo * scale, ci_high=hi * scale,
-               min_detectable_effect=(t975 + t80) * se * scale, verdict=verdict)
+        within = -delta < lo and hi < delta
+        if direction == 0:  # a claim of no change: an equivalence margin of +-delta
+            out["verdict"] = ("supported" if within else "contradicted"
+                              if lo >= delta or hi <= -delta else "inconclusive")
+        else:
+            low, high = sorted((lo * direction, hi * direction))  # the predicted side positive
+            out["verdict"] = ("negligible" if within else "supported" if low > 0 else
+                              "contradicted" if high < 0 else "inconclusive")
     return out
 
 
@@ -122,29 +151,37 @@ def signed(v: float | None, digits: int = 1) -> str:
 
 
 def claim_sentence(c: dict, digits: int = 1) -> str:
-    """One report line of a :func:`claim_test` result: claim, estimate, interval, verdict."""
+    """One report line of a :func:`paper_claim` result: the premise and whether it was met,
+    the estimate, its interval and the verdict (with the reason where there is none)."""
+    p = c.get("premise")
+    head = c["claim"] + (f" Premise: {p['condition']}; {'met' if p['met'] else 'NOT met'} "
+                         f"({p['observed']})." if p else "")
+    if not (p is None or p["met"]):
+        head += f" A test would need: {p['needs']}." if p.get("needs") else ""
     if c["estimate"] is None:
-        return f"{c['claim']}: no seed gave a value, **inconclusive**."
-    estimate = f"{c['claim']}: {signed(c['estimate'], digits)} {c['unit']}"
+        return f"{head} No seed gave a value: **{c['verdict']}**."
+    estimate = f"{head} Estimate {signed(c['estimate'], digits)} {c['unit']}"
     if c["ci_low"] is None:
-        return f"{estimate} from one seed, no interval: **inconclusive**."
+        return f"{estimate} from one seed, no interval: **{c['verdict']}**."
+    why = f" ({c['reason']})" if c.get("reason") and c["verdict"] == "inconclusive" else ""
     return (f"{estimate}, 95% interval {signed(c['ci_low'], digits)} to "
             f"{signed(c['ci_high'], digits)} over {c['n']} seeds; smallest effect this run could "
             f"detect {abs(c['min_detectable_effect']):.{digits}f}, smallest of interest "
-            f"{c['delta']:.{digits}f}: **{c['verdict']}**.")
+            f"{c['delta']:.{digits}f}: **{c['verdict']}**{why}.")
 
 
 def paper_claim(name: str, claim: str, paper: str, estimand: str, diffs: dict, direction: int,
                 delta: float, unit: str, scale: float = 1.0, digits: int = 1,
-                missing_reason: str = "") -> dict:
-    """:func:`claim_test` of ``diffs`` (``{seed: difference or None}``) plus what the report
-    and notebook 07 print beside it: ``name`` (e.g. "race.time_to_target"), ``statement``
-    (``claim``), ``paper`` (its claim and setting), ``estimand``, ``digits``, the scaled
-    ``diffs`` by seed, ``missing_seeds`` and ``missing_reason``."""
-    c = claim_test(f"{claim} (paper: {paper}; estimand: {estimand})", list(diffs.values()),
-                   direction, delta, unit, scale)
+                missing_reason: str = "", *, premise: dict) -> dict:
+    """:func:`claim_test` of ``diffs`` (``{seed: difference or None}``) under ``premise`` (a
+    :func:`premise` dict, checked first: not met gives "not testable here") plus what the
+    report and notebook 07 print beside it: ``name`` (e.g. "race.time_to_target"),
+    ``statement`` (``claim``), ``paper`` (its claim and setting), ``estimand``, ``premise``,
+    ``digits``, the scaled ``diffs`` by seed, ``missing_seeds`` and ``missing_reason``."""
+    c = claim_test(f"{claim} (paper: {paper}; estimand: {estimand}).", list(diffs.values()),
+                   direction, delta, unit, scale, premise_met=premise["met"])
     return {**c, "name": name, "statement": claim, "paper": paper, "estimand": estimand,
-            "digits": digits,
+            "premise": premise, "digits": digits,
             "diffs": {str(k): None if d is None else d * scale for k, d in diffs.items()},
             "missing_seeds": [str(k) for k, d in diffs.items() if d is None],
             "missing_reason": missing_reason}

@@ -11,8 +11,9 @@ learning rate, gradients clipped to norm 1.
 
 A variant's name says what it changes: ``ALGO[_FACTOR...]`` with the factors ``stale<N>``,
 ``reuse<R>``, ``lr<X>`` (learning rate), ``beta<X>`` (the algorithm's beta), ``learned`` (one
-learned log Z, ``tb.log_z``), ``len`` (``tb.loss_type: token_mean``) and ``std``
-(``tb.scale_rewards: group``); e.g. ``tb_stale10_lr1.25e-5`` or ``grpo_stale30``.
+learned log Z, ``tb.log_z``), ``len`` (``tb.loss_type: token_mean``), ``std``
+(``tb.scale_rewards: group``) and ``noclip`` (``grpo.epsilon: inf``, GRPO without its PPO
+clip); e.g. ``tb_stale10_lr1.25e-5`` or ``grpo_noclip_stale30``.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ DEPARTURES = [
     "A constant learning rate and no replay buffer; tens of updates of a 1M-parameter model.",
 ]
 FLAGS = {"learned": {"tb": {"log_z": "learned"}}, "len": {"tb": {"loss_type": "token_mean"}},
-         "std": {"tb": {"scale_rewards": "group"}}}
+         "std": {"tb": {"scale_rewards": "group"}}, "noclip": {"grpo": {"epsilon": math.inf}}}
 # Preset ``tune``: each loss's learning rate, and TB's beta, at off_policy's budget (60
 # updates), chosen by accuracy on all 1000 held-out problems after the last update, on seeds
 # kept apart from every reporting seed.
@@ -96,10 +97,18 @@ def variants(s: dict) -> list[tuple[str, dict]]:
 
 
 def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: int,
-                overrides: dict | None = None) -> dict:
-    """One run of variant ``name`` (``overrides``: its config, default from the name):
-    ``{"variant", "seed", "evals": [(update, accuracy), ...], "seconds"}`` (update 0: before
-    training) and the means over updates of ``behaviour_kl`` and ``clip_fraction``."""
+                overrides: dict | None = None, eval_at=None, kl_prompts: int = 0,
+                kl_k: int = 4) -> dict:
+    """One run of variant ``name`` (``overrides``: its config, default from the name).
+
+    Evaluates the task's held-out metrics (``task.metrics`` of greedy answers to the first
+    ``eval_size`` problems) at update 0 and after every ``eval_every`` updates, or after the
+    updates listed in ``eval_at``; with ``kl_prompts`` > 0 each evaluation also estimates the
+    policy's KL to the reference policy (``kl``, nats per response: ``kl_k`` samples of each
+    of the first ``kl_prompts`` problems, :func:`tba_lab.lab.experiments.beta.kl_to_reference`,
+    on a forked torch RNG so that it leaves training's samples as they are). Returns
+    ``{"variant", "seed", "evals": [{"step", METRIC: value, ...}, ...], "seconds"}`` and the
+    means over updates of ``behaviour_kl`` and ``clip_fraction``."""
     import collections
     import random
 
@@ -108,6 +117,7 @@ def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: 
     from tba_lab.algorithms import compute_loss, make_algorithm
     from tba_lab.config import from_dict
     from tba_lab.eval import evaluate
+    from tba_lab.lab.experiments.beta import kl_to_reference
     from tba_lab.models import load_policy
     from tba_lab.rollout import rollout
     from tba_lab.rollout.backend import make_backend
@@ -131,13 +141,21 @@ def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: 
          *({**g, "lr": g["base_lr"]} for g in algorithm.parameters())],
         lr=tr.learning_rate, weight_decay=0.0)
     history = collections.deque(maxlen=stale + 1)  # weights of the last stale + 1 updates
+    due = set(eval_at) if eval_at is not None else set(range(eval_every, updates + 1, eval_every))
 
     policy.eval()  # throughout, as the trainer: dropout would make the loss's log-probs noisy
 
-    def accuracy() -> float:
-        return evaluate(task, policy_backend, held_out, cfg.model.max_new_tokens)["accuracy"]
+    def held_out_metrics(step: int) -> dict:
+        out = {"step": step, **evaluate(task, policy_backend, held_out, cfg.model.max_new_tokens)}
+        if kl_prompts:
+            with torch.random.fork_rng():
+                torch.manual_seed(seed * 100_003 + step)
+                out["kl"] = kl_to_reference(policy, reference, policy_backend, task,
+                                            held_out[:kl_prompts], kl_k, cfg.model.max_new_tokens,
+                                            cfg.model.temperature)["kl"]
+        return out
 
-    evals, batch, t0 = [(0, accuracy())], None, time.time()
+    evals, batch, t0 = [held_out_metrics(0)], None, time.time()
     terms = collections.defaultdict(list)  # behaviour_kl (nats per response), clip_fraction
     for step in range(updates):
         history.append({k: v.detach().clone() for k, v in policy.state_dict().items()})
@@ -157,21 +175,32 @@ def run_variant(name: str, seed: int, updates: int, eval_every: int, eval_size: 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), tr.max_grad_norm or math.inf)
         optimizer.step()
-        if (step + 1) % eval_every == 0:
-            evals.append((step + 1, accuracy()))
+        if step + 1 in due:
+            evals.append(held_out_metrics(step + 1))
     return {"variant": name, "seed": seed, "evals": evals, "seconds": round(time.time() - t0, 1),
             **{k: sum(v) / len(v) for k, v in terms.items()}}
 
 
 def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
-    """:func:`run_variant` on one torch thread, written to ``run_dir``; ``(summary, evals)``."""
+    """:func:`run_variant` on one torch thread with ``s``'s ``updates``, ``eval_every`` (or
+    ``eval_at``), ``eval_size`` and ``kl_prompts``/``kl_k`` where given, written to ``run_dir``
+    (``eval.jsonl``, ``summary.json``); ``(summary, evals)``. The summary holds each held-out
+    metric ``_before`` and ``_after`` training, and ``mean_after_first``: the headline
+    metric's mean over the evaluations after update 0."""
+    from tba_lab.runlog import eval_metric
+
     with one_thread():
-        r = run_variant(variant, seed, s["updates"], s["eval_every"], s["eval_size"], overrides)
-    evals = [{"step": n, "wall_seconds": None, "accuracy": a, "n": s["eval_size"]}
-             for n, a in r["evals"]]
-    later = [a for _, a in r["evals"][1:]]  # the evaluations after update 0
+        r = run_variant(variant, seed, s["updates"], s["eval_every"], s["eval_size"], overrides,
+                        eval_at=s.get("eval_at"), kl_prompts=s.get("kl_prompts", 0),
+                        kl_k=s.get("kl_k", 4))
+    evals = [{**e, "wall_seconds": None, "n": s["eval_size"]} for e in r["evals"]]
+    names = [k for k in evals[0] if k not in ("step", "wall_seconds", "n", "kl")]
+    head = eval_metric(evals[0])
+    later = [e[head] for e in evals[1:]]  # the evaluations after update 0
     summary = {"seed": seed, "trainer_steps": s["updates"], "wall_seconds": r["seconds"],
-               "accuracy_before": evals[0]["accuracy"], "accuracy_after": evals[-1]["accuracy"],
+               "held_out_metrics": [head, *(m for m in names if m != head)],
+               **{f"{m}_before": evals[0][m] for m in names},
+               **{f"{m}_after": evals[-1][m] for m in names},
                "mean_after_first": sum(later) / len(later) if later else None,
                **{k: r[k] for k in ("behaviour_kl", "clip_fraction") if k in r}}
     run_dir = Path(run_dir)

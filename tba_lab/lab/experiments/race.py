@@ -12,8 +12,9 @@ baselines at equal wall clock. Every leg trains the task's embedded model for th
 seconds and at the end (with ``defer_eval``, weight copies evaluated after the budget, so no
 leg pauses). Claims, (c) against (b) paired by seed (paper: abstract and Fig. 1): (c)'s
 updates per minute over (b)'s minus 1, predicted positive, smallest effect of interest 10%;
-(c)'s time to ``target`` minus (b)'s, predicted negative, smallest effect one evaluation
-period (a seed where either leg never reaches the target is left out and named).
+(c)'s time to ``target`` and to ``target_high`` minus (b)'s, predicted negative, smallest
+effect one evaluation period (a seed where either leg never reaches the target is left out and
+named). Premise: the trainer and the searcher of (c) each have a core of their own.
 
 ``race_preference`` (legs c, d, g) and ``race_redteam`` (also c2, c3), the trade-off of Sec. 5:
 (c)'s metric at the end minus each baseline leg's, paired by seed, predicted positive: the win
@@ -30,8 +31,8 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (BATCH, PAPER, RATE_DELTA, ExperimentError,
                                             core_overrides, fixed, held_out, paired, paper_claim,
-                                            pct, per_seed, points, sized, time_to_target,
-                                            train_run)
+                                            pct, per_seed, points, premise, sized,
+                                            time_to_target, train_run)
 from tba_lab.paths import REPO_DIR
 
 NAME = "race"
@@ -76,7 +77,8 @@ def settings(smoke: bool, task: str = "arithmetic", legs=None) -> dict:
     ``defer_eval``; time to ``target`` accuracy). SMOKE keeps the legs and shrinks the rest."""
     if task == "arithmetic":
         return sized(smoke, legs=list(legs or "abcde"), minutes=(0.2, 2.0), eval_every=(4.0, 15.0),
-                     eval_size=(20, 1000), defer_eval=True, target=0.40, **BATCH)
+                     eval_size=(20, 1000), defer_eval=True, target=0.40, target_high=0.45,
+                     **BATCH)
     return sized(smoke, task=task, legs=list(legs or "cdg"), minutes=(0.25, 2.0),
                  eval_every=(5.0, 30.0), eval_size=(20, 200), **BATCH)
 
@@ -119,6 +121,8 @@ def metrics(s: dict) -> dict:
     if task == "arithmetic":
         return {"accuracy_after": (f"held-out accuracy after {s['minutes']:g} min", pct),
                 "time_to_target": (f"seconds to {pct(s['target'], 0)} (interpolated)", fixed(0)),
+                **({"time_to_target_high": (f"seconds to {pct(s['target_high'], 0)}", fixed(0))}
+                   if s.get("target_high") else {}),
                 "updates_per_minute": ("trainer updates per minute", fixed(1)),
                 "samples_per_minute": ("samples generated per minute", fixed(0)),
                 "staleness_mean": ("staleness (updates)", fixed(1))}
@@ -184,39 +188,55 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
     runs = [r for r in runs if r["seed"] in seeds]
     if not runs:
         return []
-    target = s["target"]
+    cores = [r.get("cores_available") for r in runs if r["variant"] == "c"]
+    usable = None if not cores or None in cores else min(cores)
+    own = premise("the trainer and async TBA's searcher each have a core of their own (2 usable "
+                  "cores)", usable is not None and usable >= 2,
+                  f"{usable if usable is not None else 'unrecorded'} usable cores",
+                  "2 or more cores (one for the trainer, one for the searcher)")
 
     def upm(r):
         return 60 * r["updates"] / max(r["wall_seconds"], 1e-9) if r["updates"] else None
 
-    return [
-        paper_claim("race.updates_per_minute", "Async TBA makes more trainer updates per minute "
-                    "than sync TB", PAPER_SPEED, "mean over seeds of (c) async TBA's updates/min "
-                    "over (b) sync TB's minus 1, same seed, same wall-clock budget",
-                    paired(runs, "c", "b", upm, lambda c, b: c / b - 1), +1, RATE_DELTA,
-                    "% relative to sync TB", scale=100.0),
-        paper_claim("race.time_to_target", f"Async TBA reaches {pct(target, 0)} held-out "
-                    f"accuracy sooner than sync TB", PAPER_SPEED, f"mean over seeds of (c)'s "
-                    f"time to {pct(target, 0)} minus (b)'s, interpolated between evaluations",
-                    paired(runs, "c", "b", lambda r: time_to_target(r["evals"], target)), -1,
-                    float(s["eval_every"]), "s", scale=1.0,
-                    digits=0, missing_reason=f"async TBA or sync TB never reached "
-                                             f"{pct(target, 0)} within the budget"),
-    ]
+    out = [paper_claim(
+        "race.updates_per_minute", "Async TBA makes more trainer updates per minute than sync TB",
+        PAPER_SPEED, "mean over seeds of (c) async TBA's updates/min over (b) sync TB's minus 1, "
+        "same seed, same wall-clock budget", paired(runs, "c", "b", upm, lambda c, b: c / b - 1),
+        +1, RATE_DELTA, "% relative to sync TB", scale=100.0, premise=own)]
+    for key, target in (("time_to_target", s["target"]), ("time_to_target_high",
+                                                           s.get("target_high"))):
+        if target:
+            out.append(paper_claim(
+                f"race.{key}", f"Async TBA reaches {pct(target, 0)} held-out accuracy sooner "
+                f"than sync TB", PAPER_SPEED, f"mean over seeds of (c)'s time to "
+                f"{pct(target, 0)} minus (b)'s, interpolated between evaluations",
+                paired(runs, "c", "b", lambda r, t=target: time_to_target(r["evals"], t)), -1,
+                float(s["eval_every"]), "s", scale=1.0, digits=0, premise=own,
+                missing_reason=f"async TBA or sync TB never reached {pct(target, 0)} within "
+                               f"the budget"))
+    return out
 
 
 def _task_claims(runs: list[dict], task: str) -> list[dict]:
+    """TB's metric at the end minus each baseline's. The paper compares the methods at a
+    matched KL (or perplexity); a task race compares them at equal wall clock, each at its own
+    beta, so the premise is not met and the verdict is 'not testable here' (``tba-lab
+    experiment tradeoff`` tests the claim at matched KL)."""
     metrics_of(task)
     *_, metric, delta, unit, scale, digits, paper = TASKS[task]
     legs = {r["variant"] for r in runs}
     if "c" not in legs:
         return []
+    matched = premise("TB and the baseline are compared at a matched KL to the reference "
+                      "policy", False, "equal wall clock, each leg at its own beta (TB the "
+                      "task's, GRPO 0, online DPO 0.1)",
+                      "a comparison at matched KL: `tba-lab experiment tradeoff`")
     return [paper_claim(
         f"{task}.{metric}.c-{leg}", f"TB's {metric} at the end is above {LEGS[leg][0]}'s", paper,
         f"mean over seeds of (c) async TBA's held-out {metric} at the end of the budget minus "
         f"({leg}) {LEGS[leg][0]}'s, same seed",
         paired(runs, "c", leg, lambda r: r["after"].get(metric)), +1, delta, unit, scale, digits,
-        missing_reason=f"a leg has no {metric} at the end")
+        missing_reason=f"a leg has no {metric} at the end", premise=matched)
         for leg in LEGS if leg not in TB_LEGS and leg in legs]
 
 
