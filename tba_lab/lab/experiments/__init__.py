@@ -1,7 +1,7 @@
 """The paper's claims in miniature and the benchmarks: ``tba-lab experiment NAME [--smoke]``.
 
 One sweep runner (:func:`run_experiment`) runs every preset of :data:`EXPERIMENTS` (the
-paper's claims; ``all`` runs the four) and :data:`BENCHMARKS`: for each seed every variant,
+paper's claims; ``all`` runs the five) and :data:`BENCHMARKS`: for each seed every variant,
 one run at a time, so a drift in machine load hits the variants alike. One analysis
 (:func:`analyse`) gives per variant the mean and range over seeds of each metric the preset
 declares, and each claim's paired per-seed estimate, 95% interval and verdict by the rule
@@ -25,16 +25,17 @@ import time
 from pathlib import Path
 
 from tba_lab.actors.placement import available_cores
-from tba_lab.lab.experiments import (beta, buffer_sampling, default, off_policy, per_update,
-                                     race, scaling)
+from tba_lab.lab.experiments import (asynchrony, beta, buffer_sampling, default, off_policy,
+                                     per_update, race, scaling, tradeoff)
 from tba_lab.lab.experiments.common import (ExperimentError, basic_numbers, check_seeds,
                                             claim_lines, header, now, pct, rng, run_seconds,
                                             spread, time_to_target, train_run, write_result)
 from tba_lab.runlog import eval_metric
 
-EXPERIMENTS = {m.NAME: m for m in (off_policy, buffer_sampling, beta, scaling)}  # `all` runs these
+EXPERIMENTS = {m.NAME: m for m in (off_policy, asynchrony, buffer_sampling, beta, scaling)}  # `all`
 # name -> (preset, keyword arguments of its ``settings``)
 BENCHMARKS = {"race": (race, {}),
+              **{f"tradeoff_{task}": (tradeoff, {"task": task}) for task in tradeoff.TASKS},
               **{name: (race.TASK_RACE, fixed) for name, fixed in race.PRESETS.items()},
               "default": (default, {}), "minimal": (default, {"minimal": True}),
               "per_update": (per_update, {}), "tune": (per_update, {"tune": True})}
@@ -56,7 +57,7 @@ CHECKS = {"eval_size": (lambda v: isinstance(v, int) and v >= 1,
 
 
 def resolve(name: str) -> list[str]:
-    """The experiment names ``name`` stands for (``all``: the four claims, in order).
+    """The experiment names ``name`` stands for (``all``: the five claims, in order).
 
     Raises:
         ExperimentError: an unknown name; the message lists the known ones.
@@ -402,8 +403,8 @@ def rewrite_report(name: str, output_dir: str | Path = "runs/experiments") -> di
 def run_all(smoke: bool = False, seeds=None, output_dir: str | Path = "runs/experiments",
             settings: dict | None = None, log=print,
             config: dict | None = None) -> dict[str, dict]:
-    """The four claims one after another (:func:`run_experiment`); ``settings`` apply to the
-    experiments that have them, ``config`` to every run (checked against all four plans first)."""
+    """The five claims one after another (:func:`run_experiment`); ``settings`` apply to the
+    experiments that have them, ``config`` to every run (checked against all five plans first)."""
     say = log or (lambda *a, **k: None)
     own = {n: default_settings(n, smoke) for n in EXPERIMENTS}
     unknown = set(settings or {}) - set().union(*own.values())
