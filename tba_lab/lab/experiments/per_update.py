@@ -61,7 +61,9 @@ def settings(smoke: bool, tune: bool = False) -> dict:
 def parse_variant(name: str) -> tuple[dict, int, int]:
     """``(config overrides, stale, reuse)`` of a variant name; :class:`ExperimentError` for a
     factor that is none of those of the module docstring."""
-    algo, *factors = name.split("_")
+    algo = next((a for a in ("online_dpo", "dr_grpo") if name == a or name.startswith(a + "_")),
+                name.split("_")[0])  # the two algorithm names with an underscore
+    factors = [f for f in name[len(algo):].split("_") if f]
     over, stale, reuse = {"algo": algo}, 0, 1
     for f in factors:
         m = re.fullmatch(r"(stale|reuse|lr|beta)([0-9.]+(?:e-?[0-9]+)?)", f)
