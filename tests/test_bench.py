@@ -6,6 +6,7 @@ tasks, the per-update benchmark, curves.png's two kinds of held-out evaluation
 The legs themselves are measured by running the benchmarks, not in tests (timing is not a test)."""
 import importlib.util
 import json
+import math
 import os
 from pathlib import Path
 
@@ -137,20 +138,30 @@ def test_per_update_is_deterministic_and_replays_the_batch(monkeypatch, tmp_path
     small = {"training": {"num_prompts_per_step": 4, "num_generations": 4}}  # B x K = 16 rows
     a = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small)
     b = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small)
-    assert a["evals"] == b["evals"] and [s for s, _ in a["evals"]] == [0, 1, 2]
+    assert a["evals"] == b["evals"] and [e["step"] for e in a["evals"]] == [0, 1, 2]
+    acc = [e["accuracy"] for e in a["evals"]]
     assert calls == [0, 1, 0, 1]
     calls.clear()
     per_update.run_variant("tb_reuse2", 0, updates=2, eval_every=2, eval_size=8, overrides=small)
     assert calls == [0]  # one batch rolled out, trained on twice
     s = {"updates": 2, "eval_every": 1, "eval_size": 8}
     summary, evals = per_update.run("tb", small, tmp_path / "tb", 0, s)
-    assert [(e["step"], e["accuracy"]) for e in evals] == a["evals"]  # the files say the same
+    assert [{k: e[k] for k in a["evals"][0]} for e in evals] == a["evals"]  # the files say the same
     row = per_update.measure(tmp_path / "tb", summary, s, "tb", [])
-    assert row["mean_after_first"] == pytest.approx((a["evals"][1][1] + a["evals"][2][1]) / 2)
-    assert (row["stale"], row["reuse"], row["accuracy_after"]) == (0, 1, a["evals"][2][1])
+    assert row["mean_after_first"] == pytest.approx((acc[1] + acc[2]) / 2)
+    assert (row["stale"], row["reuse"], row["accuracy_after"]) == (0, 1, acc[2])
+    # with kl_prompts, each evaluation also measures the KL to the reference, on its own RNG:
+    # the training samples and so the accuracies stay those of the run without it
+    c = per_update.run_variant("tb", 0, updates=2, eval_every=1, eval_size=8, overrides=small,
+                               kl_prompts=2, kl_k=2)
+    assert [e["accuracy"] for e in c["evals"]] == acc and c["evals"][0]["kl"] == 0.0
+    assert all(math.isfinite(e["kl"]) for e in c["evals"])
     assert per_update.parse_variant("tb_len_std_lr2.5e-5_stale10") == (
         {"algo": "tb", "tb": {"loss_type": "token_mean", "scale_rewards": "group"},
          "training": {"learning_rate": 2.5e-5}}, 10, 1)
+    assert per_update.parse_variant("online_dpo_stale2") == ({"algo": "online_dpo"}, 2, 1)
+    assert per_update.parse_variant("grpo_noclip") == ({"algo": "grpo",
+                                                        "grpo": {"epsilon": math.inf}}, 0, 1)
 
 
 # ------------------------------------------------------------------ curves.png (tba_lab/runlog.py)

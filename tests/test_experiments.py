@@ -59,65 +59,74 @@ def test_spread():
 
 # ------------------------------------------------------------------------- readings
 def off_policy_runs(accuracy: dict) -> list[dict]:
-    """Runs as :func:`off_policy.measure` records them: ``accuracy[(algo, lag)]`` per seed."""
-    return [{"variant": f"{a}_stale{lag}", "seed": i, "algo": a, "arm": "lag", "lag": lag,
-             "sync_period": None, "accuracy": acc, "staleness_mean": float(lag),
-             "behaviour_kl": 0.4 * lag / 15, "clip_fraction": 0.01 if a == "grpo" else None,
+    """Runs as :func:`off_policy.measure` records them: ``accuracy[(arm, lag)]`` per seed."""
+    return [{"variant": f"{a}_stale{lag}", "seed": i, "arm": a, "lag": lag,
+             "accuracy": acc, "behaviour_kl": 0.4 * lag / 15,
+             "clip_fraction": 0.01 if a == "grpo" else None,
              "evals": [{"step": 0, "accuracy": 0.34}, {"step": 20, "accuracy": acc - 0.01},
                        {"step": 40, "accuracy": acc + 0.01}]}
             for (a, lag), accs in accuracy.items() for i, acc in enumerate(accs)]
 
 
 FRESH = [0.40, 0.42, 0.38, 0.41, 0.39]
+LAG15 = {"lags": [0, 15], "noclip_lags": [], "common_lags": []}  # the first design's two lags
 OFF_POLICY_CLAIMS = [  # (TB at L = 15, GRPO at L = 15, D per seed in points, verdict)
-    # TB loses 1 point on every seed, GRPO 6 +- 1: D = -5 +- 1, wholly below 0
+    # TB loses 1 point on every seed, GRPO 6 +- 1: D = -5 +- 1, wholly below -3
     ([a - 0.01 for a in FRESH], [a - d for a, d in zip(FRESH, (0.05, 0.06, 0.07, 0.06, 0.06))],
      [-4, -5, -6, -5, -5], "supported"),
-    # TB loses 6, GRPO 1: D = +5, wholly above 0
-    ([a - d for a, d in zip(FRESH, (0.05, 0.06, 0.07, 0.06, 0.06))], [a - 0.01 for a in FRESH],
-     [4, 5, 6, 5, 5], "falsified"),
-    # both lose about 2 points: D within +-1 of 0, wholly inside +-3 (no effect of 3 points)
-    ([a - 0.02 for a in FRESH], [a - d for a, d in zip(FRESH, (0.02, 0.03, 0.01, 0.02, 0.02))],
-     [0, -1, 1, 0, 0], "falsified"),
+    # TB loses 10, GRPO 5: D = +5, wholly above +3
+    ([a - d for a, d in zip(FRESH, (0.09, 0.10, 0.11, 0.10, 0.10))], [a - 0.05 for a in FRESH],
+     [4, 5, 6, 5, 5], "contradicted"),
+    # both lose about 4 points: D within +-1 of 0, wholly inside +-3 (no effect of 3 points)
+    ([a - 0.04 for a in FRESH], [a - d for a, d in zip(FRESH, (0.04, 0.05, 0.03, 0.04, 0.04))],
+     [0, -1, 1, 0, 0], "negligible"),
     # D from -8 to +6: the interval spans 0 and reaches past +-3
-    ([a - d for a, d in zip(FRESH, (0.00, 0.08, 0.0, 0.06, 0.02))], [a - 0.02 for a in FRESH],
+    ([a - d for a, d in zip(FRESH, (0.03, 0.11, 0.03, 0.09, 0.05))], [a - 0.05 for a in FRESH],
      [-2, 6, -2, 4, 0], "inconclusive"),
+    # GRPO itself loses 1 point: the premise fails, whatever D is
+    ([a - 0.06 for a in FRESH], [a - 0.01 for a in FRESH], [5, 5, 5, 5, 5], "not testable here"),
 ]
 
 
 @pytest.mark.parametrize("tb15, grpo15, d_points, verdict", OFF_POLICY_CLAIMS)
 def test_off_policy_claim_is_the_paired_difference_of_drops(tb15, grpo15, d_points, verdict):
     """D = TB's drop - GRPO's drop per seed, its mean and 95% t-interval (t(0.975, 4) =
-    2.776445) and the verdict by the rule written before the runs."""
+    2.776445) and the verdict by the rule written before the runs (the matched-nats claim
+    beside it: here both losses' KL grows alike with the lag, so it is the same D)."""
     import statistics
 
     runs = off_policy_runs({("tb", 0): FRESH, ("grpo", 0): FRESH, ("tb", 15): tb15,
                             ("grpo", 15): grpo15})
-    s = experiment_settings("off_policy")
+    s = experiment_settings("off_policy", settings=LAG15)
     a = analyse("off_policy", runs, s)
-    (c,) = a["claims"]
+    c, nats = a["claims"]
     assert [round(v, 6) for v in c["diffs"].values()] == d_points
+    assert [round(v, 6) for v in nats["diffs"].values()] == d_points
     mean, sd = statistics.mean(d_points), statistics.stdev(d_points)
     half = 2.776445 * sd / 5 ** 0.5
     assert c["estimate"] == pytest.approx(mean, abs=1e-6)
-    assert (c["ci_low"], c["ci_high"]) == (pytest.approx(mean - half, abs=1e-4),
-                                           pytest.approx(mean + half, abs=1e-4))
-    assert c["min_detectable_effect"] == pytest.approx((2.776445 + 0.940965) * sd / 5 ** 0.5,
-                                                       abs=1e-4)
+    if sd:
+        assert (c["ci_low"], c["ci_high"]) == (pytest.approx(mean - half, abs=1e-4),
+                                               pytest.approx(mean + half, abs=1e-4))
+        assert c["min_detectable_effect"] == pytest.approx(
+            (2.776445 + 0.940965) * sd / 5 ** 0.5, abs=1e-4)
     assert c["verdict"] == verdict and c["delta"] == 3.0
     text = " ".join(readings("off_policy", a, s))
     assert f"**{verdict}**" in text and "behaviour KL per response" in text
-    assert "TB loses less accuracy than GRPO on rollouts 15 updates stale (paper: Table 1" in text
-    assert f"D = TB's drop - GRPO's drop from L = 0 to L = 15, per seed): {mean:+.1f} points" in text
+    assert "TB loses less accuracy than GRPO on rollouts 15 updates stale, each at its tuned " \
+           "rate (paper: Table 1" in text
+    assert f"D = TB's drop - GRPO's drop from L = 0 to L = 15, per seed). Premise: GRPO's own " \
+           f"drop at L = 15 is at least 3 points; " in text
+    assert f"Estimate {mean:+.1f} points" in text
 
 
 def test_claim_test_rule_at_its_edges():
     """One seed gives no interval; a claim of no change (direction 0) is supported inside
-    +-delta and falsified outside; a non-finite difference or a bad direction is refused."""
+    +-delta and contradicted outside; a non-finite difference or a bad direction is refused."""
     from tba_lab.lab.experiments.common import claim_test
 
     assert claim_test("c", [0.01, -0.01, 0.0, 0.005], 0, 0.03)["verdict"] == "supported"
-    assert claim_test("c", [0.05, 0.06, 0.07], 0, 0.03)["verdict"] == "falsified"
+    assert claim_test("c", [0.05, 0.06, 0.07], 0, 0.03)["verdict"] == "contradicted"
     assert claim_test("c", [-0.05, 0.06, 0.0], 0, 0.03)["verdict"] == "inconclusive"
 
     one = claim_test("c", [0.05], 1, 0.03, scale=100)
@@ -137,7 +146,7 @@ def test_report_only_rewrites_the_readings_from_the_stored_runs(tmp_path, capsys
     import tba_lab.lab.experiments as ex
     from tba_lab import cli
 
-    s = experiment_settings("off_policy")
+    s = experiment_settings("off_policy", settings=LAG15)
     runs = off_policy_runs({("tb", 0): FRESH, ("grpo", 0): FRESH,
                             ("tb", 15): [a - 0.01 for a in FRESH],
                             ("grpo", 15): [a - 0.06 for a in FRESH]})
@@ -148,12 +157,14 @@ def test_report_only_rewrites_the_readings_from_the_stored_runs(tmp_path, capsys
            "seconds": 61.0, "runs": runs, "analysis": {}, "readings": ["an old reading"]}
     (out / "results.json").write_text(json.dumps(old))  # written before --config existed
     assert cli.main(["experiment", "off_policy", "--report-only", "--output-dir", str(tmp_path)]) == 0
-    said = "D = TB's drop - GRPO's drop from L = 0 to L = 15, per seed): -5.0 points"
+    said = "Estimate -5.0 points, 95% interval -5.0 to -5.0 over 5 seeds"
     assert said in capsys.readouterr().out
     data = json.loads((out / "results.json").read_text())
-    assert data["started"] == old["started"] and data["runs"] == runs and data["config"] == {}
+    assert data["started"] == old["started"] and data["config"] == {}
+    # the runs as stored, each given the recorded cores (rows older than scaling's premise)
+    assert data["runs"] == [{**r, "cores_available": 2} for r in runs]
     assert "an old reading" not in data["readings"] and any(said in r for r in data["readings"])
-    assert data["analysis"]["claims"][0]["verdict"] == "supported"
+    assert data["analysis"]["claims"][0]["verdict"] == "inconclusive"  # -5 on every seed
     report = (out / "report.md").read_text()
     assert "2026-01-01T00:00:00" in report and said in report
     assert report.index("## Design (fixed before the runs)") < report.index(said)
@@ -190,10 +201,13 @@ def test_readings_and_table_follow_the_numbers():
                        "m0.95_inv0 1.10 (1.00 to 1.20); m0.95_inv1 2.60 (2.50 to 2.70).")
     assert not any(t.startswith(("pass@K", "share of stored")) for t in text)  # no values
     # recency: +15 points in both seeds; reward at m = 0.95: -5 and -3, t(0.975, 1) = 12.706
-    assert "m = 0, inv_temp 0, same seed, equal updates): +15.0 points, 95% interval +15.0 to " \
-           "+15.0 over 2 seeds" in text[3] and "**supported**" in text[3]
-    assert "-4.0 points, 95% interval -16.7 to +8.7 over 2 seeds" in text[4]
-    assert "**inconclusive**" in text[4] and text[-1] == VERDICT_RULE
+    # these rows record no generation rate, so the premise (generation outpaces training) fails
+    assert "m = 0, inv_temp 0, same seed, equal updates). Premise: the searchers generate at " \
+           "least twice" in text[3] and "NOT met (generated / trained unrecorded)" in text[3]
+    assert "Estimate +15.0 points, 95% interval +15.0 to +15.0 over 2 seeds" in text[3]
+    assert "**not testable here**" in text[3]
+    assert "Estimate -4.0 points, 95% interval -16.7 to +8.7 over 2 seeds" in text[4]
+    assert "**not testable here**" in text[4] and text[-1] == VERDICT_RULE
     rows = table("buffer", a, s)
     assert rows[0].startswith("| variant | held-out accuracy after training | distinct correct")
     assert rows[2] == ("| m0_inv0 | 31.0% (30.0% to 32.0%) | 2.10 (2.00 to 2.20) | n/a | n/a "
@@ -463,22 +477,28 @@ def test_default_runs_other_then_this_per_seed_and_compares_them(tmp_path, monke
                                 "this +14.4 (+14.0 to +14.8).")
     assert r["readings"][2] == ("trainer updates per minute: other 119.0 (117.0 to 121.0); "
                                 "this 120.3 (118.3 to 122.4).")
-    # claims of no change, by the rule: the gains are equal (0 +- 0 points), the rates 1.13%
-    # apart (+1.16% and +1.11%): both intervals lie within the deltas of 3 points and 10%
+    # claims of no change: the gains are equal (0 +- 0 points), the rates 1.13% apart (+1.16%
+    # and +1.11%): both intervals lie within the deltas of 3 points and 10%, but two seeds
+    # give no verdict
     gain, rate = r["analysis"]["claims"]
-    assert (gain["estimate"], gain["verdict"], gain["direction"]) == (0.0, "supported", 0)
+    assert (gain["estimate"], gain["verdict"], gain["direction"]) == (0.0, "inconclusive", 0)
     assert rate["estimate"] == pytest.approx(100 * (122.4 / 121 + 118.3 / 117 - 2) / 2)
-    assert rate["verdict"] == "supported" and rate["ci_high"] < 10
-    assert any("**supported**" in line for line in r["readings"])
+    assert rate["verdict"] == "inconclusive" and rate["ci_high"] < 10
+    assert "a verdict needs 3 or more" in rate["reason"] and gain["premise"]["met"]
     assert (tmp_path / "out" / "default" / "default.png").stat().st_size > 1000
 
 
 def test_full_settings_and_the_seed_major_plan():
     s = experiment_settings("off_policy")
-    assert s["algos"] == ["tb", "grpo"] and s["lags"] == [0, 15] and s["eval_size"] == 1000
-    assert [v for v, _ in off_policy.variants(s)] == [
-        "tb_stale0", "grpo_stale0", "tb_stale15", "grpo_stale15", "tb_async_k2", "grpo_async_k2"]
-    assert s["sync_period"] / s["sync_updates"] < 0.02  # the paper's ratio of k to the run
+    assert s["lags"] == [0, 4, 8, 15, 30, 60] and s["updates"] == 120 and s["eval_size"] == 1000
+    plan = [v for v, _ in off_policy.variants(s)]
+    assert plan[:4] == ["tb_stale0", "grpo_stale0", "tb_lr1.25e-05_stale0",
+                        "grpo_lr1.25e-05_stale0"]  # lag-major: a stopped sweep has whole lags
+    assert len(plan) == 19 and "grpo_noclip_stale0" not in plan  # no clip shares GRPO's L = 0
+    noclip = dict(off_policy.variants(s))["grpo_noclip_stale60"]
+    assert noclip["grpo"]["epsilon"] == math.inf and noclip["training"]["learning_rate"] == 2.5e-5
+    assert dict(off_policy.variants(s))["tb_lr1.25e-05_stale60"]["training"]["learning_rate"] \
+        == 1.25e-5
     with pytest.raises(ExperimentError, match="lags=0,15"):
         off_policy.variants({**s, "lags": [15]})
     from tba_lab.config import from_dict

@@ -73,14 +73,20 @@ def print_claims(claims: list[dict]) -> None:
             print(f"    paper: {c['paper']}")
         if c.get("estimand"):
             print(f"    estimand: {c['estimand']}")
+        if c.get("premise"):
+            p = c["premise"]
+            print(f"    premise: {p['condition']}: {'met' if p['met'] else 'NOT met'} "
+                  f"({p['observed']})" + ("" if p["met"] else f"; a test needs {p['needs']}"))
         print(f"    estimate {signed(c['estimate'], d)} {c['unit']}, 95% interval "
               f"{signed(c['ci_low'], d)} to {signed(c['ci_high'], d)} over {c['n']} seed(s)"
               + (f" ({len(c['missing_seeds'])} left out)" if c.get("missing_seeds") else "")
               + f"; detectable {'n/a' if mde is None else f'{abs(mde):.{d}f}'}, of interest "
-              f"{c['delta']:.{d}f}  ->  {c['verdict'].upper()}")
+              f"{c['delta']:.{d}f}  ->  {c['verdict'].upper()}"
+              + (f" ({c['reason']})" if c.get("reason") else ""))
 
 
-VERDICT_COLOURS = {"supported": "C2", "falsified": "C3", "inconclusive": "C7"}
+VERDICT_COLOURS = {"supported": "C2", "contradicted": "C3", "negligible": "C0",
+                   "inconclusive": "C7", "not testable here": "C1"}
 
 
 def draw_claims(claims: list[dict], path):

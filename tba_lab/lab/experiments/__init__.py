@@ -200,6 +200,7 @@ def run_experiment(name: str, smoke: bool = False, seeds=None,
         f"estimated {est / 60:.1f} min on 2 cores")
     t0 = time.time()
     result = {"experiment": name, "title": mod.TITLE, "claim": mod.CLAIM, "smoke": smoke,
+              "design": list(getattr(mod, "DESIGN", [])), "departures": list(mod.DEPARTURES),
               "started": now(), "cores": os.cpu_count(), "cores_available": available_cores(),
               **design_commit(mod),
               "seeds": seeds, "settings": s, "config": config or {},
@@ -245,8 +246,9 @@ def design_commit(mod) -> dict:
 
     def git(*args):
         try:
-            return subprocess.run(["git", *args], cwd=path.parent, capture_output=True,
-                                  text=True, timeout=30).stdout.strip() or None
+            with subprocess.Popen(["git", *args], cwd=path.parent, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True) as proc:
+                return proc.communicate(timeout=30)[0].strip() or None
         except (OSError, subprocess.SubprocessError):
             return None
 
@@ -338,16 +340,18 @@ def _write_analysis(mod, out: Path, result: dict) -> dict:
     a = analyse(name, result["runs"], s)
     fig = figure(name, a, result["runs"], out)
     result.update(analysis=a, readings=readings(name, a, s))
-    lines = header(name, mod.TITLE, mod.CLAIM, result["seeds"], result["smoke"], s,
+    # the words the runs were designed under (results.json), else the preset's today
+    title, design = result.get("title", mod.TITLE), result.get("design") or getattr(mod, "DESIGN", [])
+    lines = header(name, title, result.get("claim", mod.CLAIM), result["seeds"], result["smoke"], s,
                    result["started"], result["seconds"], len(result["runs"]),
                    result["estimate_seconds"], result["config"],
                    (result.get("cores"), result.get("cores_available")))
-    if getattr(mod, "DESIGN", None):  # the estimand and verdict rule, written before the runs
+    if design:  # the estimand and verdict rule, written before the runs
         lines += ["## Design (fixed before the runs)", "", design_line(result), "",
-                  *[f"- {d}" for d in mod.DESIGN], ""]
+                  *[f"- {d}" for d in design], ""]
     figs = [fig] + ([mod.extra_figure(result["runs"], s, out)]
                     if hasattr(mod, "extra_figure") else [])
-    lines += ["## Figure", "", *[f"![{mod.TITLE}]({f})" for f in figs], "",
+    lines += ["## Figure", "", *[f"![{title}]({f})" for f in figs], "",
               "**Reading (sentences generated from this run's numbers):**", "",
               *[f"- {r}" for r in result["readings"]], ""]
     if hasattr(mod, "extra_table"):
@@ -357,7 +361,7 @@ def _write_analysis(mod, out: Path, result: dict) -> dict:
         lines += [f"**Stopped by the time cap before max_steps:** {', '.join(capped)}.", ""]
     lines += ["## Numbers", "", *table(name, a, s), "",
               "## Where this miniature departs from the paper", "",
-              *[f"- {d}" for d in mod.DEPARTURES], "",
+              *[f"- {d}" for d in result.get("departures") or mod.DEPARTURES], "",
               "Every run's raw numbers are in `results.json`; each run's files in `runs/`."]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     result["figures"] = figs
@@ -395,8 +399,10 @@ def rewrite_report(name: str, output_dir: str | Path = "runs/experiments") -> di
                                 f"{name} --output-dir {output_dir}`")
     result = {k: v for k, v in data.items() if k not in ("analysis", "readings", "figures")}
     result.setdefault("config", {})  # results written before --config existed
-    for r in result["runs"]:  # rows written before they carried the cores (scaling's premise)
-        r.setdefault("cores_available", result.get("cores_available"))
+    for r in result["runs"]:  # rows written before they carried the cores (scaling's premise);
+        # results older still recorded only os.cpu_count()
+        if r.get("cores_available") is None:
+            r["cores_available"] = result.get("cores_available") or result.get("cores")
     return _write_analysis(module(name), path.parent, result)
 
 

@@ -93,8 +93,9 @@ def share_over_k(buffer_path: Path, k: int) -> float | None:
 def generation_ratio(row: dict) -> float | None:
     """Rollouts generated over rollouts trained on (updates x B x K) in one run; None if the
     run made no update or recorded no rate."""
-    trained = row.get("trainer_steps", 0) * row["overrides"]["training"]["num_prompts_per_step"] \
-        * row["overrides"]["training"]["num_generations"]
+    batch = (row.get("overrides") or {}).get("training") or {}
+    trained = row.get("trainer_steps", 0) * batch.get("num_prompts_per_step", 0) \
+        * batch.get("num_generations", 0)
     made = (row.get("samples_per_minute") or 0) * row.get("wall_seconds", 0) / 60
     return made / trained if trained and made else None
 

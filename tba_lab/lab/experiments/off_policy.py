@@ -85,10 +85,10 @@ def variant_name(arm: str, lag: int) -> str:
 
 def arms(s: dict) -> dict[str, list[int]]:
     """``{arm: [lags]}`` of the design; the common-rate arms are named ``ALGO_lrX``."""
-    common = f"lr{s['common_lr']:g}"
+    common = f"lr{s.get('common_lr', 0):g}"  # .get: a run of the first design had neither
     out = {"tb": list(s["lags"]), "grpo": list(s["lags"]),
-           "grpo_noclip": [L for L in s["noclip_lags"] if L]}
-    if s["common_lags"]:
+           "grpo_noclip": [L for L in s.get("noclip_lags", []) if L]}
+    if s.get("common_lags"):
         out |= {f"tb_{common}": list(s["common_lags"]), f"grpo_{common}": list(s["common_lags"])}
     return {a: lags for a, lags in out.items() if lags}
 
@@ -208,11 +208,11 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
 
     big = s["lags"][-1]
     lag_claim("off_policy.lag", "tb", "grpo", "GRPO", big, ", each at its tuned rate")
-    if s["common_lags"]:
+    if s.get("common_lags"):
         common = f"lr{s['common_lr']:g}"
         lag_claim("off_policy.lag_common_rate", f"tb_{common}", f"grpo_{common}", "GRPO",
                   s["common_lags"][-1], f", both at learning rate {s['common_lr']:g}")
-    if s["noclip_lags"]:
+    if s.get("noclip_lags"):
         lag_claim("off_policy.noclip", "tb", "grpo_noclip", "GRPO without its clip",
                   s["noclip_lags"][-1], "")
     if len(s["lags"]) > 1 and any(r.get("behaviour_kl") is not None for r in runs):
