@@ -345,7 +345,7 @@ def _write_analysis(mod, out: Path, result: dict) -> dict:
     lines = header(name, title, result.get("claim", mod.CLAIM), result["seeds"], result["smoke"], s,
                    result["started"], result["seconds"], len(result["runs"]),
                    result["estimate_seconds"], result["config"],
-                   (result.get("cores"), result.get("cores_available")))
+                   (result.get("cores"), result.get("cores_available")), result.get("note", ""))
     if design:  # the estimand and verdict rule, written before the runs
         lines += ["## Design (fixed before the runs)", "", design_line(result), "",
                   *[f"- {d}" for d in design], ""]

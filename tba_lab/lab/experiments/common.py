@@ -83,6 +83,22 @@ def premise(condition: str, met: bool, observed: str, needs: str = "") -> dict:
     return {"condition": condition, "met": bool(met), "observed": observed, "needs": needs}
 
 
+def mean_interval(values) -> dict:
+    """``{"mean", "sd", "ci_low", "ci_high", "n"}`` of the non-None ``values``: the mean and
+    its 95% t-interval over them (Student's t, n - 1 degrees of freedom); no SD or interval
+    (None) under two values."""
+    from scipy import stats
+
+    xs = [float(v) for v in values if v is not None]
+    n = len(xs)
+    mean = sum(xs) / n if n else None
+    if n < 2:
+        return {"mean": mean, "sd": None, "ci_low": None, "ci_high": None, "n": n}
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return {"mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half, "n": n}
+
+
 def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "points",
                scale: float = 1.0, premise_met: bool = True) -> dict:
     """The verdict on one claim from its per-seed paired differences, by :data:`VERDICT_RULE`
@@ -115,17 +131,14 @@ def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "poi
            "min_detectable_effect": None, "delta": delta * scale, "verdict": "inconclusive",
            "reason": "", "n": len(xs), "missing": len(values) - len(xs), "unit": unit,
            "direction": direction}
-    n = len(xs)
-    mean = sum(xs) / n if n else None
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) if n > 1 else None
+    m = mean_interval(xs)
+    n, mean, sd, lo, hi = m["n"], m["mean"], m["sd"], m["ci_low"], m["ci_high"]
     if n:
         out["estimate"] = mean * scale
     if n > 1:
-        se = sd / math.sqrt(n)
         t975, t80 = (float(stats.t.ppf(q, n - 1)) for q in (0.975, 0.8))
-        lo, hi = mean - t975 * se, mean + t975 * se
         out.update(ci_low=lo * scale, ci_high=hi * scale,
-                   min_detectable_effect=(t975 + t80) * se * scale)
+                   min_detectable_effect=(t975 + t80) * sd / math.sqrt(n) * scale)
     if not premise_met:
         out.update(verdict="not testable here", reason="the premise was not met")
     elif n < MIN_SEEDS:
@@ -361,9 +374,10 @@ def basic_numbers(summary: dict, s: dict) -> dict:
 # ---------------------------------------------------------------------------------- reports
 def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, settings: dict,
            started: str, seconds: float, n_runs: int, estimate: float,
-           config: dict | None = None, cores: tuple | None = None) -> list[str]:
+           config: dict | None = None, cores: tuple | None = None, note: str = "") -> list[str]:
     """The report's first lines: title, claim, date, ``cores`` (recorded ``(os.cpu_count(),
-    available_cores())``, default this machine's), seeds, settings and ``--config``'s fields."""
+    available_cores())``, default this machine's), seeds, settings, ``--config``'s fields and
+    a ``note`` on how the runs were made where they were not one sweep."""
     cpu, usable = cores if cores and None not in cores else (os.cpu_count(), available_cores())
     shown = ", ".join(f"{k} = {v}" for k, v in settings.items())
     given = [f"| run config (`--config`, every run) | `{json.dumps(config)}` |"] if config else []
@@ -375,7 +389,7 @@ def header(name: str, title: str, claim: str, seeds: list[int], smoke: bool, set
             f"| seeds | {' '.join(map(str, seeds))} |",
             f"| runs | {n_runs}, one after another, seed-major |",
             f"| wall clock | {seconds / 60:.1f} min (estimated before: {estimate / 60:.1f} min) |",
-            f"| settings | {shown} |", *given, "",
+            f"| settings | {shown} |", *given, *([f"| note | {note} |"] if note else []), "",
             "Cells are the mean over seeds and the range (min to max).", ""]
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (BATCH, PAPER, RATE_DELTA, ExperimentError,
-                                            core_overrides, fixed, held_out, paired, paper_claim,
+                                            core_overrides, fixed, held_out, mean_interval,
+                                            paired, paper_claim,
                                             pct, per_seed, points, premise, sized,
                                             time_to_target, train_run)
 from tba_lab.paths import REPO_DIR
@@ -215,6 +216,32 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
                 missing_reason=f"async TBA or sync TB never reached {pct(target, 0)} within "
                                f"the budget"))
     return out
+
+
+def extra_table(runs: list[dict], s: dict) -> list[str]:
+    """``race``: each leg's updates per minute and times to the targets, the mean with its 95%
+    t-interval over seeds (a time over the seeds that reached the target, their count
+    beside); a task race: nothing beyond the runner's table."""
+    if s.get("task", "arithmetic") != "arithmetic":
+        return []
+    keys = [("updates_per_minute", "updates/min", 1), ("time_to_target", f"s to "
+            f"{pct(s['target'], 0)}", 0)] + ([("time_to_target_high", f"s to "
+                                               f"{pct(s['target_high'], 0)}", 0)]
+                                             if s.get("target_high") else [])
+    lines = ["## Each leg with its 95% interval over seeds", "",
+             "| leg | " + " | ".join(words for _, words, _ in keys) + " |",
+             "|---|" + "---|" * len(keys)]
+    for leg in dict.fromkeys(r["variant"] for r in runs):
+        cells = []
+        for key, _, digits in keys:
+            vals = [r.get(key) for r in runs if r["variant"] == leg]
+            m = mean_interval(vals)
+            text = "never" if m["mean"] is None else f"{m['mean']:.{digits}f}" + (
+                "" if m["ci_low"] is None else
+                f" ({m['ci_low']:.{digits}f} to {m['ci_high']:.{digits}f})")
+            cells.append(text + (f", {m['n']} of {len(vals)} seeds" if m["n"] < len(vals) else ""))
+        lines.append(f"| {leg} {LEGS[leg][0]} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _task_claims(runs: list[dict], task: str) -> list[dict]:
