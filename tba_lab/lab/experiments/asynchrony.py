@@ -14,7 +14,7 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments.common import (BATCH, GAIN_DELTA, PAPER, ExperimentError,
                                             core_overrides, fixed, paired, paper_claim, pct,
-                                            per_seed, points, premise, sized, spread)
+                                            per_seed, points, premise, signed, sized, spread)
 from tba_lab.lab.experiments.off_policy import TUNED
 
 NAME = "asynchrony"
@@ -114,7 +114,7 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
                             f"{100 * GAIN_DELTA:.0f} points", base["mean"] is not None
                             and base["mean"] >= GAIN_DELTA,
                             "no drop" if base["mean"] is None else
-                            f"GRPO's drop {points(base['mean'])} points ({points(base['min'])} "
-                            f"to {points(base['max'])})",
+                            f"GRPO's drop {signed(100 * base['mean'], 2)} points "
+                            f"({points(base['min'])} to {points(base['max'])})",
                             "a k (or a run long enough) at which GRPO itself loses 3 points")))
     return out

@@ -18,8 +18,8 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments import per_update
 from tba_lab.lab.experiments.common import (GAIN_DELTA, PAPER, ExperimentError, fixed,
-                                            paper_claim, pct, per_seed, points, premise, sized,
-                                            spread)
+                                            paper_claim, pct, per_seed, points, premise, signed,
+                                            sized, spread)
 
 NAME = "off_policy"
 TITLE = "Staleness as a dose-response: accuracy lost to stale data, TB against GRPO"
@@ -176,8 +176,8 @@ def _baseline_drop(name: str, d: dict) -> tuple[bool, str]:
     if sp["mean"] is None:
         return False, f"{name} has no drop to measure"
     return (sp["mean"] >= GAIN_DELTA,
-            f"{name}'s own drop {points(sp['mean'])} points, {points(sp['min'])} to "
-            f"{points(sp['max'])} over {sp['n']} seeds")
+            f"{name}'s own drop {signed(100 * sp['mean'], 2)} points, {points(sp['min'])} to "
+            f"{points(sp['max'])} over {sp['n']} seeds")  # two decimals: 2.95 is not 3
 
 
 NEEDS = ("a lag (or more updates) at which the baseline itself loses at least 3 points, as "
