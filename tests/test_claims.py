@@ -18,7 +18,7 @@ import pytest
 
 from tba_lab.lab.experiments import (analyse, asynchrony, beta, buffer_sampling, default_settings,
                                      off_policy, race, readings, scaling, tradeoff)
-from tba_lab.lab.experiments.common import VERDICT_RULE, VERDICTS
+from tba_lab.lab.experiments.common import VERDICT_RULE, VERDICTS, value_at
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 FIELDS = ("estimate", "ci_low", "ci_high", "min_detectable_effect", "verdict")
@@ -276,8 +276,9 @@ def test_off_policy_claims_at_matched_lag_and_matched_nats_by_hand():
     assert m[0] == {"kappa": pytest.approx(0.10), "tb": pytest.approx(0.01),
                     "grpo": pytest.approx(0.04)}
     # interpolation halfway: TB's (0.10, 1) -> (0.30, 9) at 0.20 gives 5
-    assert off_policy.at_kl([(0.0, 0.0), (0.10, 1.0), (0.30, 9.0)], 0.20) == pytest.approx(5.0)
-    assert off_policy.at_kl([(0.0, 0.0), (0.10, 1.0)], 0.5) is None
+    assert value_at([(0.0, 0.0), (0.10, 1.0), (0.30, 9.0)], 0.20) == pytest.approx(5.0)
+    assert value_at([(0.0, 0.0), (0.10, 1.0)], 0.5) is None
+    assert value_at([(0.0, 0.0), (0.4, 2.0), (0.2, 0.0)], 0.3) == pytest.approx(1.5)  # first
 
 
 @pytest.mark.parametrize("tb_drops, grpo_drops, verdict", [
@@ -341,7 +342,9 @@ def test_tradeoff_compares_at_the_larger_kl_both_runs_reached():
     # GRPO at 0.2 = 0.30 - grpo_drop; TB - GRPO = tb_div - 0.30 + grpo_drop = 0.08 0.11 0.05
     assert [round(v, 6) for v in c["diffs"].values()] == [0.08, 0.11, 0.05]
     assert c["premise"]["met"] and c["verdict"] == "supported"
-    assert tradeoff.at_kl(runs[1]["trajectory"], 0.2, "diversity") == pytest.approx(0.20)
+    m = tradeoff.matched(runs, "tb", "grpo", "diversity")
+    assert m[1] == {"kappa": pytest.approx(0.2), "tb": pytest.approx(0.29),
+                    "base": pytest.approx(0.18)}  # GRPO halfway along 0 -> 0.4 nats
     for r in runs:  # trajectories that meet only near the start: not testable
         r["trajectory"] = [dict(e, kl=e["kl"] / 10) for e in r["trajectory"]]
     (c,) = tradeoff.claims(runs, s)
@@ -451,3 +454,20 @@ def test_nb07_prints_and_draws_claims_with_and_without_an_interval(tmp_path, cap
     assert "[off_policy] D = TB's drop - GRPO's drop" in out and "interval n/a to n/a" in out
     path = draw_claims(claims, tmp_path / "claims.png")
     assert path.stat().st_size > 10_000
+
+
+def test_nb07_prints_a_recorded_sweep_with_its_table_premises_and_verdicts(capsys):
+    from tba_lab.lab.course.nb07 import print_recorded
+
+    data = print_recorded(RESULTS / "beta")
+    out = capsys.readouterr().out
+    assert out.startswith("`tba-lab experiment beta`, started 2026-12-02T07:28:40 on 2 cores, "
+                          "seeds 0 1 2; design commit not recorded")
+    assert "| const_small | 41.7% (37.0% to 44.0%) |" in out  # the report's table
+    assert "premise: both settings made the same number of updates in every seed: met" in out
+    assert out.count("->  ") == len(data["analysis"]["claims"]) == 2
+    print_recorded(RESULTS / "off_policy" / "lag15_2026-12-06")  # a preset's own table
+    out = capsys.readouterr().out
+    assert "| arm | lag L | drop (points) | behaviour KL (nats) | clip fraction |" in out
+    assert "| grpo | 15 | +0.9 (+0.3 to +1.5) | 0.069 | 0.016 |" in out
+    assert "NOT TESTABLE HERE (the premise was not met)" in out

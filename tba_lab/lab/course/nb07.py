@@ -85,6 +85,34 @@ def print_claims(claims: list[dict]) -> None:
               + (f" ({c['reason']})" if c.get("reason") else ""))
 
 
+def print_recorded(folder) -> dict:
+    """Print a recorded sweep (``results.json`` of ``tba-lab experiment`` in ``folder``): its
+    date, cores, seeds and design commit, the preset's own table where it has one (e.g. the
+    dose-response of ``off_policy``; else the report's table of every variant's metrics, mean
+    and range over seeds), and each claim with :func:`print_claims`. Returns the
+    ``results.json`` dict (its ``figures`` are file names in ``folder``).
+
+    Raises:
+        FileNotFoundError: ``folder`` holds no ``results.json``.
+    """
+    import json
+    from pathlib import Path
+
+    from tba_lab.lab.experiments import module, table
+
+    data = json.loads((Path(folder) / "results.json").read_text())
+    mod = module(data["experiment"])
+    print(f"`tba-lab experiment {data['experiment']}`, started {data['started']} on "
+          f"{data.get('cores_available') or data['cores']} cores, seeds "
+          f"{' '.join(map(str, data['seeds']))}; design commit "
+          f"{(data.get('design_commit') or '')[:10] or 'not recorded'}\n")
+    lines = (mod.extra_table(data["runs"], data["settings"]) if hasattr(mod, "extra_table")
+             else table(data["experiment"], data["analysis"], data["settings"]))
+    print("\n".join(line for line in lines if not line.startswith("#")).strip() + "\n")
+    print_claims([{**c, "experiment": data["experiment"]} for c in data["analysis"]["claims"]])
+    return data
+
+
 VERDICT_COLOURS = {"supported": "C2", "contradicted": "C3", "negligible": "C0",
                    "inconclusive": "C7", "not testable here": "C1"}
 

@@ -157,6 +157,16 @@ def claim_test(claim: str, diffs, direction: int, delta: float, unit: str = "poi
     return out
 
 
+def value_at(points: list[tuple[float, float]], x: float) -> float | None:
+    """y at ``x`` on the polyline through ``points`` ``[(x, y)]`` in their order (a run's
+    lags or evaluations): linear within the first segment whose ends span ``x``; None if none
+    does. Reads a drop or a metric at a matched KL off a run's trajectory."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if min(x0, x1) <= x <= max(x0, x1):
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return None
+
+
 def signed(v: float | None, digits: int = 1) -> str:
     """A number with its sign to ``digits`` decimals ("+1.5"), "n/a" for None; rounded first,
     so that a mean of -1e-17 prints as "+0.0", not "-0.0"."""

@@ -19,7 +19,7 @@ from tba_lab.config import merge
 from tba_lab.lab.experiments import per_update
 from tba_lab.lab.experiments.common import (GAIN_DELTA, PAPER, ExperimentError, fixed,
                                             paper_claim, pct, per_seed, points, premise, signed,
-                                            sized, spread)
+                                            sized, spread, value_at)
 
 NAME = "off_policy"
 TITLE = "Staleness as a dose-response: accuracy lost to stale data, TB against GRPO"
@@ -141,15 +141,6 @@ def drops(runs: list[dict], arm: str, lag: int) -> dict:
             for k in dict.fromkeys([*base, *at])}
 
 
-def at_kl(points_: list[tuple[float, float]], kappa: float) -> float | None:
-    """The drop at behaviour KL ``kappa``, linear between the (KL, drop) points in lag
-    order (the first segment that spans kappa); None if none does."""
-    for (k0, d0), (k1, d1) in zip(points_, points_[1:]):
-        if min(k0, k1) <= kappa <= max(k0, k1):
-            return d0 if k1 == k0 else d0 + (d1 - d0) * (kappa - k0) / (k1 - k0)
-    return None
-
-
 def matched_kl(runs: list[dict], s: dict, arms_=("tb", "grpo")) -> dict:
     """Per seed ``{"kappa", ARM: drop at kappa}``: kappa is the largest behaviour KL both
     arms reached; each arm's (KL, drop) points over ``s["lags"]``, L = 0 at (0, 0)."""
@@ -166,7 +157,7 @@ def matched_kl(runs: list[dict], s: dict, arms_=("tb", "grpo")) -> dict:
             out[seed] = None
             continue
         kappa = min(max(k for k, _ in c) for c in curves.values())
-        out[seed] = {"kappa": kappa, **{a: at_kl(c, kappa) for a, c in curves.items()}}
+        out[seed] = {"kappa": kappa, **{a: value_at(c, kappa) for a, c in curves.items()}}
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from tba_lab.config import merge
 from tba_lab.lab.experiments import per_update
 from tba_lab.lab.experiments.common import (PAPER, ExperimentError, fixed, paper_claim, pct,
-                                            per_seed, premise, sized, spread)
+                                            per_seed, premise, sized, spread, value_at)
 
 NAME = "tradeoff"
 TITLE = "Diversity and win rate at matched KL to the reference: TB, GRPO, online DPO"
@@ -113,16 +113,6 @@ def measure(run_dir: Path, summary: dict, s: dict, variant: str, runs: list) -> 
             "kl_after": evals[-1]["kl"], **{f"{m}_after": evals[-1][m] for m in names}}
 
 
-def at_kl(trajectory: list[dict], kappa: float, metric: str) -> float | None:
-    """``metric`` at KL ``kappa`` along a trajectory in step order: linear within the first
-    evaluation interval whose KLs span kappa; None if none does."""
-    for a, b in zip(trajectory, trajectory[1:]):
-        if min(a["kl"], b["kl"]) <= kappa <= max(a["kl"], b["kl"]):
-            w = 0.0 if b["kl"] == a["kl"] else (kappa - a["kl"]) / (b["kl"] - a["kl"])
-            return a[metric] + w * (b[metric] - a[metric])
-    return None
-
-
 def matched(runs: list[dict], tb: str, base: str, metric: str) -> dict:
     """Per seed ``{"kappa", "tb", "base"}``: both runs' ``metric`` at kappa, the smaller of
     their largest KLs (None where a run is missing)."""
@@ -134,8 +124,9 @@ def matched(runs: list[dict], tb: str, base: str, metric: str) -> dict:
             out[seed] = None
             continue
         kappa = min(max(e["kl"] for e in ta), max(e["kl"] for e in tb_))
-        out[seed] = {"kappa": kappa, "tb": at_kl(ta, kappa, metric),
-                     "base": at_kl(tb_, kappa, metric)}
+        out[seed] = {"kappa": kappa,  # each metric read off its run's (KL, metric) trajectory
+                     **{side: value_at([(e["kl"], e[metric]) for e in t], kappa)
+                        for side, t in (("tb", ta), ("base", tb_))}}
     return out
 
 
