@@ -162,26 +162,27 @@ def claims(runs: list[dict], s: dict) -> list[dict]:
 def extra_table(runs: list[dict], s: dict) -> list[str]:
     """Each TB arm against each baseline at kappa: both runs' headline and claim metric
     (means over seeds), without verdicts."""
-    head, metric = _metrics(s)
+    names = list(dict.fromkeys(_metrics(s)))  # the headline, and the claim's metric if other
     lines = ["## At the matched KL (no verdicts)", "",
-             f"| TB arm | baseline | kappa (nats) | TB {head} | baseline {head} | TB {metric} | "
-             f"baseline {metric} |", "|---|---|---|---|---|---|---|"]
+             "| TB arm | baseline | kappa (nats) | "
+             + " | ".join(f"{side} {n}" for n in names for side in ("TB", "baseline")) + " |",
+             "|---|---|---|" + "---|" * 2 * len(names)]
     have = {r["variant"] for r in runs}
     for tb in ("tb", f"tb_beta{s['tb_beta_small']:g}"):
         for base in BASELINES:
             if tb not in have or base not in have:
                 continue
-            cells = {name: matched(runs, tb, base, name) for name in dict.fromkeys((head, metric))}
+            cells = {name: matched(runs, tb, base, name) for name in names}
 
             def mean(name, side):
                 vals = [v[side] for v in cells[name].values() if v and v[side] is not None]
                 return sum(vals) / len(vals) if vals else None
 
-            kap = spread(v["kappa"] for v in cells[head].values() if v)["mean"]
-            fmt = {head: pct, metric: pct if TASKS[s["task"]][3] == 100 else fixed(3)}
+            kap = spread(v["kappa"] for v in cells[names[0]].values() if v)["mean"]
+            fmt = {n: pct if n in ("attack_success", "win_rate") else fixed(3) for n in names}
             lines.append(f"| {tb} | {base} | {fixed(3)(kap or 0)} | "
                          + " | ".join(fmt[n](mean(n, side)) if mean(n, side) is not None
-                                      else "n/a" for n in (head, metric) for side in ("tb", "base"))
+                                      else "n/a" for n in names for side in ("tb", "base"))
                          + " |")
     return lines + [""]
 
