@@ -385,9 +385,13 @@ def test_no_verdict_on_fewer_than_three_seeds_or_on_zero_spread():
 def check_fields(claims):
     assert claims, "no claim recorded"
     for c in claims:
-        assert all(c[f] is not None for f in FIELDS), c["claim"]
-        assert c["verdict"] in VERDICTS and c["ci_low"] <= c["estimate"] <= c["ci_high"]
-        assert c["n"] >= 2 and c["paper"] and c["estimand"]
+        assert c["verdict"] in VERDICTS and c["paper"] and c["estimand"]
+        if c["n"] < 2:  # e.g. a target no seed reached on both legs: named, no verdict
+            assert c["ci_low"] is None and c["missing_seeds"]
+            assert c["verdict"] in ("inconclusive", "not testable here"), c["claim"]
+        else:
+            assert all(c[f] is not None for f in FIELDS), c["claim"]
+            assert c["ci_low"] <= c["estimate"] <= c["ci_high"]
         p = c["premise"]
         assert p["condition"] and p["observed"] and isinstance(p["met"], bool)
         if not p["met"]:

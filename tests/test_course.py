@@ -275,8 +275,8 @@ ALLOWED_NUMBERS = {
         "about 7 points": ARITHMETIC, "34.6%": CITED, "about 140 s": CITED, "about 15 s": CITED},
     "02_trajectory_balance": {
         "0.005": SETTING, "0.05": SETTING, "0.2": SETTING, "0.5": SETTING, "0.1": SETTING,
-        "0.01": SETTING, "0.03": SETTING, "2.5e-5": SETTING, "about 33": ARITHMETIC,
-        "about 30 s": CITED, "about 10 s": CITED},
+        "0.01": SETTING, "0.03": SETTING, "2.5e-5": SETTING, "1.25e-5": SETTING,
+        "about 33": ARITHMETIC, "about 30 s": CITED, "about 10 s": CITED},
     "03_replay_buffer": {
         "0.0": SETTING, "1.0": SETTING, "0.1": SETTING, "0.5": SETTING, "0.8": SETTING,
         "0.9": SETTING, "±2": SETTING, "0.46": ARITHMETIC, "≈ 0.32": ARITHMETIC,

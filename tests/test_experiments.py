@@ -516,7 +516,7 @@ def test_full_settings_and_the_seed_major_plan():
 
 # ------------------------------------------------------------------------- the real thing
 def test_experiment_all_smoke_runs_the_real_trainer(tmp_path):
-    """`tba-lab experiment all --smoke` for real (about 2 minutes on 2 cores): the four
+    """`tba-lab experiment all --smoke` for real (about 3 minutes on 2 cores): the five
     experiments, seed 0, through the real trainer (:func:`assert_smoke_outputs`)."""
     from tba_lab.lab.experiments import run_all
 
@@ -525,10 +525,10 @@ def test_experiment_all_smoke_runs_the_real_trainer(tmp_path):
 
 
 def assert_smoke_outputs(root):
-    """What a SMOKE run of all four experiments (seed 0) leaves under ``root``: a report with
-    its figure, cores and seeds, every planned variant's run with evaluations, and readings."""
-    figure = {"off_policy": "off_policy.png", "buffer": "buffer.png", "beta": "beta.png",
-              "scaling": "scaling.png"}
+    """What a SMOKE run of all five experiments (seed 0) leaves under ``root``: a report with
+    its figure, cores, seeds and design commit, every planned variant's run with evaluations,
+    readings, and claims that each carry a premise."""
+    figure = {name: f"{name}.png" for name in EXPERIMENTS}
     for name, mod in EXPERIMENTS.items():
         out = root / name
         report = (out / "report.md").read_text()
@@ -541,6 +541,8 @@ def assert_smoke_outputs(root):
         assert [run["variant"] for run in data["runs"]] == want
         assert all(run["seed"] == 0 and run["evals"] for run in data["runs"])
         assert data["readings"] and data["cores"] == os.cpu_count()
+        assert "Design commit: `" in report or not data["design"]  # a checkout records it
+        assert all(c["premise"]["condition"] for c in data["analysis"]["claims"])
     runs = {name: json.loads((root / name / "results.json").read_text())["runs"]
             for name in EXPERIMENTS}
     assert all(r["summary"]["trainer_steps"] == 4 for r in runs["off_policy"])  # equal updates
@@ -548,9 +550,26 @@ def assert_smoke_outputs(root):
     assert all(0 <= r["div_distinct_correct"] <= 4 for r in runs["buffer"])
     assert all(math.isfinite(r["kl"]) for r in runs["beta"])
     assert [r["searchers"] for r in runs["scaling"]] == [1, 2]
+    assert [r["variant"] for r in runs["asynchrony"]] == ["tb_k1", "grpo_k1", "tb_k4", "grpo_k4"]
+    assert all(r["summary"]["trainer_steps"] == 6 and r["staleness_mean"] is not None
+               for r in runs["asynchrony"])
 
 
-def test_experiment_all_runs_the_four_in_order_with_the_smoke_settings(tmp_path, capsys,
+def test_tradeoff_smoke_reads_every_arm_at_a_matched_kl(tmp_path):
+    """`tba-lab experiment tradeoff_redteam --smoke` for real (about 30 s): four arms, a KL
+    to the reference at every evaluation, four claims with their premise, the KL figure."""
+    r = run_experiment("tradeoff_redteam", smoke=True, output_dir=tmp_path, log=None)
+    assert [x["variant"] for x in r["runs"]] == ["tb", "tb_beta0.1", "grpo", "online_dpo"]
+    for x in r["runs"]:
+        assert [e["step"] for e in x["trajectory"]] == [0, 2, 4]
+        assert x["trajectory"][0]["kl"] == 0.0 and all(math.isfinite(e["kl"]) for e in x["trajectory"])
+    claims = r["analysis"]["claims"]
+    assert len(claims) == 4 and all("kappa" in c["premise"]["observed"] for c in claims)
+    assert (tmp_path / "tradeoff_redteam" / "tradeoff_kl.png").stat().st_size > 10_000
+    assert "## At the matched KL (no verdicts)" in (tmp_path / "tradeoff_redteam" / "report.md").read_text()
+
+
+def test_experiment_all_runs_the_five_in_order_with_the_smoke_settings(tmp_path, capsys,
                                                                          monkeypatch):
     """`tba-lab experiment all --smoke`: the estimate first, then each experiment once, SMOKE,
     seed 0, into one folder; the readings printed. (The runs themselves: assert_smoke_outputs.)"""
