@@ -85,7 +85,10 @@ def _free() -> int | None:
 # ----------------------------------------------------------------------------- the child
 def child(rank: int, channels: dict, visible: str | None, model_path: str, commands, results):
     """A searcher-like process: sets its visible devices first (before any CUDA call), then
-    answers the parent's commands until ``("stop",)``."""
+    answers the parent's commands until ``("stop",)``; ends at once if the parent dies."""
+    from tba_lab.actors.lifetime import exit_with_parent
+
+    exit_with_parent()  # SIGTERM (no handler: the end) when the parent ends, however it ends
     if visible is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
     torch.set_num_threads(1)

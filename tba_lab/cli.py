@@ -27,6 +27,8 @@ import threading
 import traceback
 from pathlib import Path
 
+from tba_lab.actors.lifetime import exit_with_parent_from_env
+
 
 def _one_line(e: BaseException) -> str:
     """An error's message on one line (a library's message may span several)."""
@@ -406,11 +408,15 @@ def _raise_interrupt(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit code. SIGTERM (``kill``, a batch scheduler) unwinds
     like Ctrl-C while the command runs, so its cleanup runs too: ``subprocess.run`` kills the
-    child it waits for (an experiment's ``tba-lab train``), papermill stops its kernel."""
+    child it waits for (an experiment's ``tba-lab train``), papermill stops its kernel. Run by
+    another kit process with ``TBA_LAB_PARENT_PID`` set (an experiment's runs), the command also
+    gets SIGTERM when that process ends, SIGKILL included
+    (:func:`tba_lab.actors.lifetime.exit_with_parent_from_env`)."""
     args = build_parser().parse_args(argv)
     if threading.current_thread() is not threading.main_thread():
         return args.func(args)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    exit_with_parent_from_env()
     try:
         return args.func(args)
     finally:

@@ -35,9 +35,12 @@ import dataclasses
 import inspect
 import math
 import multiprocessing as mp
+import os
 import queue
 import random
 import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -291,6 +294,20 @@ def searcher_step(policy, reference, tokenizer, task, problems: list, prompt_ids
             for i, (r, reward, lp) in enumerate(zip(responses, rewards, ref.tolist()))]
 
 
+def exit_with_trainer() -> None:
+    """End this searcher when the trainer process ends, however it ends: ``daemon=True`` and
+    ``finally`` act only when the trainer exits normally, and SIGKILL runs nothing there. A
+    thread waits on the trainer's sentinel (a pipe that reads EOF once the trainer has died),
+    then sends SIGTERM to our main thread, whose handler raises SystemExit so ``finally`` runs."""
+    def watch():
+        mp.parent_process().join()                                   # returns once it has died
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        time.sleep(5)                                                # stuck in C code: end anyway
+        os._exit(1)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def searcher_main(index: int, s: Settings, weights: SharedWeights, rows_out, room, stop) -> None:
     """One searcher process: wait for room in the queue, pull newer weights, generate a batch
     of B prompts, push it. ``room``: a semaphore the trainer releases per batch it takes."""
@@ -298,6 +315,7 @@ def searcher_main(index: int, s: Settings, weights: SharedWeights, rows_out, roo
     from tba_lab.tasks.arithmetic import ArithmeticTask
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)                     # Ctrl-C is the trainer's
+    exit_with_trainer()                                              # and so is our lifetime
     torch.set_num_threads(1)
     torch.manual_seed(s.seed + 1000 * (index + 1))
     rng = random.Random(s.seed + 1000 * (index + 1))
@@ -436,6 +454,8 @@ def main(argv=None) -> dict:
     if not 0 < args.minutes < math.inf or min(args.num_searchers, args.sync_period,
                                                   args.eval_size) < 1:  # NaN fails 0 < x too
         p.error("--minutes: finite and > 0; --num-searchers, --sync-period, --eval-size: >= 1")
+    # `kill PID`, a scheduler's time limit: unwind, so train's `finally` stops the searchers
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     out = train(dataclasses.replace(Settings(), **vars(args)))
     print(f"tb/async on arithmetic: held-out accuracy {100 * out['accuracy_before']:.1f}% -> "
           f"{100 * out['accuracy_after']:.1f}% in {out['trainer_steps']} updates, "

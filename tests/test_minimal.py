@@ -21,15 +21,16 @@ from tba_lab import losses, minimal
 from tba_lab.models import load_policy
 from tba_lab.rollout.scoring import response_logprobs
 from tba_lab.tasks.arithmetic import ArithmeticTask
+from tests.test_shutdown import TAG_VAR, RunWatch, assert_nothing_left, kill_searchers
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tba_lab" / "minimal.py"
 
 
 def test_one_sitting_and_its_own_algorithm():
-    """At most 450 lines; from the library only the embedded model, the arithmetic task and
+    """At most 470 lines; from the library only the embedded model, the arithmetic task and
     the usable core count."""
-    assert len(SOURCE.read_text().splitlines()) <= 450
+    assert len(SOURCE.read_text().splitlines()) <= 470
     imported = set()
     for node in ast.walk(ast.parse(SOURCE.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -228,7 +229,7 @@ def _start(marker: str, minutes: float) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tba_lab.minimal", "--minutes", str(minutes), "--eval-size", "20",
          "--seed", "3"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "TBA_MINIMAL_TEST": marker}, start_new_session=True,
+        env={**os.environ, "TBA_MINIMAL_TEST": marker, TAG_VAR: marker}, start_new_session=True,
         # a shell's background job (`pytest ... &`) ignores SIGINT and its children inherit it:
         # give the run Python's Ctrl-C, as in a terminal
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -260,3 +261,30 @@ def test_ctrl_c_stops_every_searcher():
     while _ours(marker) and time.time() < deadline:
         time.sleep(0.2)
     assert not _ours(marker)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_the_searcher_ends_with_its_trainer(sig):
+    """``kill PID`` (SIGTERM) or the OOM killer (SIGKILL) ends the trainer alone once its
+    searcher runs: within a few seconds of the trainer's exit no process of the run is left
+    (not even the resource tracker) and none of its named semaphores is in /dev/shm."""
+    marker = uuid.uuid4().hex
+    proc = _start(marker, 5)
+    with RunWatch(proc.pid) as watch:
+        for line in proc.stdout:  # training has begun once the first evaluation is printed
+            if line.startswith("held-out accuracy before"):
+                break
+        time.sleep(3)
+        watch.sample()
+        assert watch.searcher_pids() and proc.poll() is None, watch.seen
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=60)  # not communicate(): a searcher left alive holds the pipe open
+    proc.stdout.close()
+    t_exit = time.time()
+    try:
+        assert_nothing_left(watch, marker, within=5.0, unheld=False)
+    finally:
+        kill_searchers(watch)
+    assert not _ours(marker)
+    print(f"{signal.Signals(sig).name}: exit code {proc.returncode}, the rest gone "
+          f"{time.time() - t_exit:.1f} s later")

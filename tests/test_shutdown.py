@@ -5,7 +5,9 @@ Real runs with real searcher processes on the embedded model, each stopped a dif
 * the CLI (``tba-lab train`` in its own session, as a terminal runs a foreground job): Ctrl-C
   (SIGINT to the whole process group, as a terminal sends it), ``kill PID`` (SIGTERM to the
   trainer only), SIGTERM to the whole group (``docker stop``, systemd), Ctrl-C while the
-  searchers are still starting, and SIGKILL of the trainer alone (the OOM killer);
+  searchers are still starting, and SIGKILL of the trainer alone (the OOM killer); SIGKILL and
+  ``kill PID`` of the trainer while its searcher is inside a batch that would last an hour
+  (a searcher watches its trainer, it does not wait for its next batch; SIGKILL also with Ray);
 * an exception inside the trainer (the loss raises after a few updates);
 * a Jupyter kernel (``jupyter_client.KernelManager``, the venv's ipykernel): "interrupt kernel"
   during a blocking ``train()`` cell, and during a run in a background thread with a stop event
@@ -258,17 +260,20 @@ def _lock_files(watch: RunWatch) -> list[str]:
 
 
 def assert_nothing_left(watch: RunWatch, tag: str, keep=(), within: float = GONE_WITHIN,
-                        also_keep=None, shm: bool = True) -> None:
+                        also_keep=None, shm: bool = True, unheld: bool = True) -> None:
     """Within ``within`` seconds: no process of the run alive but ``keep`` (and what
     ``also_keep()`` returns, e.g. a live kernel's resource tracker), none of the run's /dev/shm
     entries or lock files left, no new /dev/shm entry that no live process holds (``shm=False``:
-    processes only)."""
+    processes only; ``unheld=False``: the run's own entries only, not what other processes on
+    the machine may leak meanwhile)."""
     deadline = time.time() + within
     while True:
         k = set(keep) | set(also_keep() if also_keep else ())
         left = _leftovers(watch, tag, k)
         if not shm:
             left["shm_of_run"] = left["shm_new_unheld"] = left["lock_files"] = []
+        if not unheld:
+            left["shm_new_unheld"] = []
         if not any(left.values()) or time.time() > deadline:
             break
         time.sleep(0.25)
@@ -286,6 +291,18 @@ def assert_nothing_left(watch: RunWatch, tag: str, keep=(), within: float = GONE
             with contextlib.suppress(OSError):                             # nobody: tidy up
                 os.unlink(SHM / name)
     assert not msg, "\n".join(msg)
+
+
+def kill_searchers(watch: RunWatch) -> None:
+    """After a failed check: SIGKILL the run's searcher processes still alive (their resource
+    tracker, left alone, then unlinks the run's named semaphores) and remove the run's lock
+    files."""
+    for pid in watch.searcher_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for path in _lock_files(watch):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def assert_no_leak_warning(*texts: str) -> None:
@@ -332,12 +349,15 @@ def _cli() -> list[str]:
 
 
 @contextlib.contextmanager
-def _cli_run(tmp_path: Path, tag: str, config: Path):
+def _cli_run(tmp_path: Path, tag: str, config: Path, prelude: str = ""):
     """``tba-lab train --config`` in its own session (a terminal's foreground job: its own
-    process group, so Ctrl-C can be sent to the whole group); stdout+stderr to a file."""
+    process group, so Ctrl-C can be sent to the whole group); stdout+stderr to a file.
+    ``prelude``: Python run before the CLI's ``main`` (e.g. an import that registers a task)."""
     log_path = tmp_path / "cli.log"
+    cli = ([sys.executable, "-c", f"import sys; {prelude}; from tba_lab.cli import main; "
+            f"sys.exit(main())"] if prelude else _cli())
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([*_cli(), "train", "--config", str(config), "--no-progress"],
+        proc = subprocess.Popen([*cli, "train", "--config", str(config), "--no-progress"],
                                 cwd=REPO, env=_env(tag), stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     proc.log = lambda: log_path.read_text()  # type: ignore[attr-defined]
@@ -415,6 +435,74 @@ def test_cli_trainer_killed_searchers_exit_on_their_own(tmp_path):
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     assert_nothing_left(watch, tag, within=20.0)
+
+
+@pytest.mark.parametrize("launcher,sig", [
+    pytest.param("local", signal.SIGKILL, id="local-sigkill"),
+    pytest.param("local", signal.SIGTERM, id="local-sigterm", marks=pytest.mark.slow),  # kill-pid
+    pytest.param("ray", signal.SIGKILL, id="ray-sigkill", marks=pytest.mark.slow),  # Ray's start
+])
+def test_cli_trainer_ended_mid_batch_leaves_nothing(tmp_path, launcher, sig):
+    """The trainer alone ends (SIGKILL: the OOM killer; SIGTERM: ``kill PID``) while its
+    searcher is inside a batch that would take an hour (a reward function that hangs, as a
+    long rollout does): within a few seconds of the trainer's exit no process of the run is
+    left, nor its named semaphores or the weight channel's lock file. A local searcher watches
+    the trainer itself (it cannot wait for its next batch), and its cleanup runs; Ray ends the
+    actors (and its own processes) of a driver that died."""
+    import tests._faulty  # noqa: F401  (registers task.name: faulty_test)
+
+    if launcher == "ray":
+        pytest.importorskip("ray")
+    tag = uuid.uuid4().hex
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    config = _write_config(tmp_path, task={"name": "faulty_test"},
+                           fault={"kind": "hang", "after": 1, "marker_dir": str(markers)},
+                           **({"async": {"launcher": "ray"}, "ray": {"num_cpus": 2}}
+                              if launcher == "ray" else {}))
+    with _cli_run(tmp_path, tag, config, prelude="import tests._faulty") as proc, \
+            RunWatch(proc.pid) as watch:
+        deadline = time.time() + 180
+        while not list(markers.glob("failed-*")):  # the searcher's second batch has begun
+            assert proc.poll() is None, proc.log()[-4000:]
+            assert time.time() < deadline, f"no second batch began:\n{proc.log()[-4000:]}"
+            time.sleep(0.1)
+        watch.sample()
+        searcher = "ray::SearcherActor" if launcher == "ray" else "spawn_main"
+        assert any(searcher in cmd for cmd in watch.seen.values()), f"no searcher: {watch.seen}"
+        t0 = time.time()
+        os.kill(proc.pid, sig)
+        _, seconds = _wait_exit(proc, t0)
+    t_exit = time.time()
+    try:
+        # Ray's node agents (no model, no shared memory) first report the raylet's death to the
+        # GCS, dead too, and give up after a timeout inside Ray (60 s) before they exit
+        agents = (lambda: _alive_matching(watch, "DashboardAgent", "dashboard/agent.py",
+                                          "RuntimeEnvAgent", "runtime_env/agent")) \
+            if launcher == "ray" else None
+        assert_nothing_left(watch, tag, within=5.0, also_keep=agents, unheld=False)
+        t_rest = time.time() - t_exit
+        if agents is not None:
+            assert_nothing_left(watch, tag, within=90.0, unheld=False)
+    finally:
+        kill_searchers(watch)
+        for pid in _alive_matching(watch, "") if launcher == "ray" else ():  # Ray's, if any
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    print(f"{launcher}, {signal.Signals(sig).name}: the trainer exited {seconds:.1f} s after the "
+          f"signal, the searchers and the rest {t_rest:.1f} s later"
+          + (f", Ray's agents {time.time() - t_exit:.0f} s later" if agents else ""))
+
+
+def _alive_matching(watch: RunWatch, *words: str) -> set[int]:
+    """Live processes the run had whose command line now contains one of ``words``."""
+    out = set()
+    for pid, ct in watch.seen:
+        if _alive(pid, ct):
+            with contextlib.suppress(psutil.Error):
+                if any(w in " ".join(psutil.Process(pid).cmdline()) for w in words):
+                    out.add(pid)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

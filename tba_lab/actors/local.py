@@ -18,7 +18,9 @@ Robust to a searcher killed mid-message (SIGKILL, the OOM killer):
   ``multiprocessing.Event``, whose lock a killed reader would hold for good.
 
 ``stop()`` (also registered with ``atexit``) sets the flag, drains the queues while the children
-finish, then terminates and kills stragglers; searchers also exit when the trainer disappears.
+finish, then terminates and kills stragglers. A searcher also ends by itself, within moments, when
+the trainer process ends without ``stop()`` (SIGKILL, SIGTERM without a handler):
+:func:`tba_lab.actors.lifetime.exit_with_parent`.
 """
 from __future__ import annotations
 
@@ -48,6 +50,8 @@ class _Searcher:
 
 def _exit_account(exitcode) -> str:
     """A one-line account of how a process ended, from ``Process.exitcode``."""
+    if exitcode == 128 + signal.SIGTERM:  # its SIGTERM handler unwound it (searcher_main)
+        return f"the searcher process was ended by SIGTERM (exit code {exitcode})"
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name

@@ -18,8 +18,11 @@ A searcher holds a possibly stale copy of the policy (inside its generation back
 
 Weights change only at step 1, so every row of a batch comes from the version it is tagged with.
 In ``sync`` mode it generates exactly one batch per published version. The loop ends when
-``stop`` is set or the parent dies; SIGINT is ignored (the trainer owns shutdown). An exception
-is reported as :class:`~tba_lab.actors.launcher.SearcherFailed` and the process exits with 1.
+``stop`` is set or the parent dies; SIGINT is ignored (the trainer owns shutdown). A searcher
+process also ends as soon as its trainer process ends, however it ends, mid-batch too
+(:func:`tba_lab.actors.lifetime.exit_with_parent`: SIGTERM, which raises ``SystemExit`` here,
+so the ``finally`` cleanup runs). An exception is reported as
+:class:`~tba_lab.actors.launcher.SearcherFailed` and the process exits with 1.
 
 Placement: searcher i runs on ``async.searcher_devices[i % len]`` (:func:`searcher_device`;
 empty = the trainer's device). A local launcher passes ``CUDA_VISIBLE_DEVICES`` in
@@ -197,8 +200,11 @@ def searcher_main(searcher_id: int, spec: SearcherSpec, weights, out_queue, stop
         seed: seed for prompts and sampling.
     """
     from tba_lab.actors.launcher import SearcherFailed
+    from tba_lab.actors.lifetime import exit_with_parent, raise_system_exit
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, raise_system_exit)  # SIGTERM unwinds: the finally below runs
+    exit_with_parent()  # SIGTERM as soon as the trainer ends, even mid-batch or by SIGKILL
     try:
         _loop(searcher_id, spec, weights, out_queue, stop, seed)
     except Exception:  # report, do not hang the trainer

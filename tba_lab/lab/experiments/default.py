@@ -9,7 +9,9 @@ Each run is ``python -m tba_lab train --seed S --task TASK --no-progress`` in a 
 its checkout's package first on ``PYTHONPATH`` (``other``: a folder, or a commit checked out
 into a temporary git worktree per run), every other setting at its default. The checkouts
 alternate seed by seed, ``other`` first, so a drift in machine load hits both alike; compare
-rows of one invocation only.
+rows of one invocation only. A run gets SIGTERM when the experiment's process ends, however it
+ends (``TBA_LAB_PARENT_PID``, :mod:`tba_lab.actors.lifetime`; an ``other`` checkout older than
+that module does not watch it).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tba_lab.actors.lifetime import child_env
 from tba_lab.lab.experiments.common import (BATCH, GAIN_DELTA, RATE_DELTA, ExperimentError, fixed,
                                             held_out, paired, paper_claim, pct, points,
                                             premise, sized)
@@ -114,8 +117,8 @@ def run(variant: str, overrides: dict, run_dir: Path, seed: int, s: dict):
         path.write_text(yaml.safe_dump(overrides))
         cmd += ["--config", str(path)]
     with (checkout(s["other"]) if variant == "other" else contextlib.nullcontext(REPO_DIR)) as code:
-        subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(code)}, cwd=code, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(cmd, env=child_env({**os.environ, "PYTHONPATH": str(code)}), cwd=code,
+                       check=True, stdout=subprocess.DEVNULL)
     return json.loads((run_dir / "summary.json").read_text()), read_jsonl_rows(run_dir / "eval.jsonl")
 
 
@@ -129,11 +132,12 @@ def run_minimal(run_dir: Path, seed: int, s: dict) -> dict:
     if s["task"] != "arithmetic":
         raise ValueError(f"task={s['task']!r}: tba_lab.minimal trains on arithmetic only")
     run_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-c", "import json, sys; from tba_lab.minimal import main; "
-           "print(json.dumps(main(sys.argv[1:])))", "--seed", str(seed),
+    cmd = [sys.executable, "-c", "import json, sys; from tba_lab.actors.lifetime import "
+           "exit_with_parent_from_env; exit_with_parent_from_env(); from tba_lab.minimal import "
+           "main; print(json.dumps(main(sys.argv[1:])))", "--seed", str(seed),
            "--minutes", str(s["minutes"] or 3.0), "--eval-size", str(s["eval_size"] or 500)]
-    done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(REPO_DIR)}, cwd=REPO_DIR,
-                          check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=child_env({**os.environ, "PYTHONPATH": str(REPO_DIR)}),
+                          cwd=REPO_DIR, check=True, capture_output=True, text=True)
     (run_dir / "output.txt").write_text(done.stdout + done.stderr)
     out = json.loads(done.stdout.strip().splitlines()[-1])
     summary = {**out, "held_out_metrics": ["accuracy"], "staleness_max": None,
