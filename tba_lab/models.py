@@ -102,6 +102,90 @@ def _plain_sampling(model, eos_ids: list[int] | None = None) -> None:
     gc.bos_token_id = model.config.bos_token_id
 
 
+def _config_pad_id(model):
+    """``pad_token_id`` of ``model``'s text config (what a sequence-classification head reads;
+    the top-level config for a text-only model), or None."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return getattr(text, "pad_token_id", None)
+
+
+def agree_on_pad(model, tokenizer) -> int:
+    """Make ``tokenizer`` and ``model`` use one pad token id, and return it.
+
+    Every loader of the kit calls this (policy, reference, victim, reward model, judge,
+    embedder), so a batch is padded with the id the model treats as padding. A decoder
+    sequence classifier (``GenericForSequenceClassification`` in transformers 5) scores a row
+    at its rightmost token that is not ``config.pad_token_id``; padded with another id, a
+    short text is scored at a padding position and scores differently in a batch than alone.
+
+    Which id, in order:
+
+    1. the tokenizer's pad token, when it has one;
+    2. otherwise ``config.pad_token_id`` when it is one of the tokenizer's special tokens
+       (a Llama-1-era checkpoint: ``pad_token_id: 0``, its ``<unk>``), which keeps the pooling
+       the checkpoint declares. An ordinary word is not taken: a text ending with it would
+       be scored as if that word were padding;
+    3. otherwise the tokenizer's EOS token (TRL's fallback).
+
+    Then the tokenizer's ``pad_token``, ``model.config.pad_token_id`` (and the text config's,
+    for a composite config) and ``model.generation_config.pad_token_id`` (where the model has a
+    generation config) are all that id. The embedding's ``padding_idx`` is left as built: it
+    only withholds gradient from that row and never changes a forward pass.
+
+    Args:
+        model: a transformers ``PreTrainedModel`` (causal LM, sequence classifier, base model).
+        tokenizer: its tokenizer; changed in place.
+    Returns:
+        the pad token id (int), now equal on the tokenizer and the model.
+    Raises:
+        ValueError: the tokenizer has neither a pad token nor an EOS token; the message names
+            the fix (set ``pad_token`` in its ``tokenizer_config.json``).
+    """
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:  # refused even when the config names a pad id
+            raise ValueError(
+                f"tokenizer of {getattr(tokenizer, 'name_or_path', '')!r} has neither a pad "
+                f"token nor an EOS token: set pad_token (or eos_token, which then pads too) in "
+                f"its tokenizer_config.json, e.g. tokenizer.add_special_tokens({{'pad_token': "
+                f"'<pad>'}}) then save_pretrained")
+        declared = _config_pad_id(model)
+        special = set(tokenizer.all_special_ids) | {
+            i for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()
+            if getattr(t, "special", False)}
+        if isinstance(declared, int) and 0 <= declared < len(tokenizer) and declared in special:
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(declared)
+        else:
+            tokenizer.pad_token = tokenizer.eos_token
+    pad = int(tokenizer.pad_token_id)
+    config = model.config
+    config.pad_token_id = pad
+    if hasattr(config, "get_text_config") and config.get_text_config() is not config:
+        config.get_text_config().pad_token_id = pad  # the head reads the text config
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.pad_token_id = pad
+    return pad
+
+
+def check_same_pad(model, tokenizer) -> None:
+    """Refuse a model and tokenizer that pad with different ids (see :func:`agree_on_pad`).
+
+    Raises:
+        ValueError: ``model``'s (text) config declares a ``pad_token_id`` other than
+            ``tokenizer.pad_token_id``; the message names both ids and the fix. A config
+            without one passes (transformers then refuses batches of more than one row).
+    """
+    declared = _config_pad_id(model)
+    if declared is not None and declared != tokenizer.pad_token_id:
+        raise ValueError(
+            f"the model's config.pad_token_id is {declared} but its tokenizer pads with "
+            f"{tokenizer.pad_token_id}: a sequence classifier would score padding positions; "
+            f"load it with the kit's loaders or call tba_lab.models.agree_on_pad(model, "
+            f"tokenizer) first")
+
+
 @contextlib.contextmanager
 def quiet_progress():
     """Switch transformers' progress bars off inside the block (restored after)."""
@@ -119,9 +203,11 @@ def quiet_progress():
 def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32):
     """Load ``(model, tokenizer)`` from a local folder (or hub name) with the Auto classes.
 
-    Special tokens: the tokenizer pads on the left; one without a pad token pads with its EOS
-    token (as TRL does; padding is marked by the attention mask, and a response keeps its
-    terminating EOS, so the mask still covers it). Every EOS id the tokenizer, ``config.json``
+    Special tokens: the tokenizer pads on the left, with the id :func:`agree_on_pad` settles
+    on for tokenizer, ``config`` and ``generation_config`` alike (its pad token; without one,
+    ``config.json``'s ``pad_token_id`` when that is a special token, else its EOS token, as TRL
+    does; padding is marked by the attention mask, and a response keeps its terminating EOS,
+    so the mask still covers it). Every EOS id the tokenizer, ``config.json``
     and ``generation_config.json`` declare (:func:`~tba_lab.rollout.backend.eos_token_ids`) is
     kept in ``model.generation_config.eos_token_id``; any of them ends a response. The
     checkpoint's sampling settings stay in ``model.generation_config`` but the backend never
@@ -145,17 +231,9 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL_DIR, dtype=torch.float32
     path = str(p) if p.exists() else str(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
-    if tokenizer.pad_token_id is None:
-        if tokenizer.eos_token_id is None:
-            raise ValueError(
-                f"tokenizer of {path!r} has neither a pad token nor an EOS token: set pad_token "
-                f"(or eos_token, which then pads too) in its tokenizer_config.json, e.g. "
-                f"tokenizer.add_special_tokens({{'pad_token': '<pad>'}}) then save_pretrained")
-        tokenizer.pad_token = tokenizer.eos_token  # TRL's fallback; the mask marks padding
     with quiet_progress():  # no "Loading weights" bar per load (searchers load twice each)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
+    agree_on_pad(model, tokenizer)  # ValueError: no pad and no EOS token
     from tba_lab.rollout.backend import eos_token_ids
 
     _plain_sampling(model, eos_token_ids(model, tokenizer))

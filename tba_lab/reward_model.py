@@ -25,8 +25,12 @@ that is not ``config.pad_token_id`` (``GenericForSequenceClassification.forward`
 right for both padding sides; with LEFT padding the rows' positions start at the pad count,
 not 0, which rotary position embeddings make harmless only up to float rounding. So
 :func:`score_texts` pads on the right by default, and passes position ids that start at 0 on
-every row when asked to pad left. A tokenizer whose pad token is its EOS token must not end
-texts with EOS (the pooling would skip it); the kit never appends one.
+every row when asked to pad left. The pooling finds padding by ``config.pad_token_id``, so
+the tokenizer must pad with that very id, or a short text is scored at a padding position and
+scores differently beside a longer one than alone: the loaders make the two agree
+(:func:`tba_lab.models.agree_on_pad`) and :func:`score_texts` refuses a pair that does not. A
+tokenizer whose pad token is its EOS token must not end texts with EOS (the pooling would skip
+it); the kit never appends one.
 """
 from __future__ import annotations
 
@@ -61,28 +65,20 @@ def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Te
     return -F.logsigmoid(chosen - rejected).mean()
 
 
-def _pad_fallback(model, tokenizer) -> None:
-    """A tokenizer without a pad token pads with EOS (as TRL does); the model learns its id."""
-    if tokenizer.pad_token_id is None:
-        if tokenizer.eos_token_id is None:
-            raise ValueError("the reward model's tokenizer has neither a pad nor an EOS token; "
-                             "set pad_token in its tokenizer_config.json")
-        tokenizer.pad_token = tokenizer.eos_token
-    if getattr(model.config, "pad_token_id", None) is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-
-
 def load_reward_model(path: str | os.PathLike, dtype=torch.float32):
     """``(model, tokenizer)`` of a sequence-classification RM folder (or cached hub id), in
-    eval mode; a missing pad token falls back to EOS.
+    eval mode, both padding with one id (:func:`tba_lab.models.agree_on_pad`: the tokenizer's
+    pad token; without one, ``config.json``'s ``pad_token_id`` when that is a special token,
+    else EOS), so the head's last-non-pad pooling never reads a padding position.
 
     Raises:
         FileNotFoundError: ``path`` is not a folder with ``config.json``.
-        ValueError: the model has more than one output (``num_labels`` != 1).
+        ValueError: the model has more than one output (``num_labels`` != 1), or the tokenizer
+            has neither a pad nor an EOS token.
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from tba_lab.models import quiet_progress
+    from tba_lab.models import agree_on_pad, quiet_progress
 
     p = Path(path).expanduser()
     if p.exists() and not (p / "config.json").is_file():
@@ -95,7 +91,7 @@ def load_reward_model(path: str | os.PathLike, dtype=torch.float32):
     if model.config.num_labels != 1:
         raise ValueError(f"{where!r} has num_labels={model.config.num_labels}; a reward model "
                          f"has one output")
-    _pad_fallback(model, tokenizer)
+    agree_on_pad(model, tokenizer)
     model.eval()
     return model, tokenizer
 
@@ -111,17 +107,23 @@ def score_texts(model, tokenizer, texts: list[str], batch_size: int = 64,
 
     Args:
         model: an ``AutoModelForSequenceClassification`` with one output (eval mode).
-        tokenizer: its tokenizer (with a pad token).
+        tokenizer: its tokenizer, padding with the model's ``config.pad_token_id``
+            (:func:`load_reward_model` and :func:`build_reward_model` see to it).
         texts: N strings (prompt + response).
         max_length: truncate longer encodings (from the left, keeping the response) to this
             many tokens; None = no truncation.
     Returns:
         list of N Python floats (NaN only if the model produces one).
     Raises:
-        ValueError: ``padding_side`` is not "left" or "right".
+        ValueError: ``padding_side`` is not "left" or "right", or the model's
+            ``config.pad_token_id`` is not the tokenizer's pad id
+            (:func:`tba_lab.models.check_same_pad`).
     """
+    from tba_lab.models import check_same_pad
+
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side={padding_side!r}: choose 'left' or 'right'")
+    check_same_pad(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     out: list[float] = []
     with torch.no_grad():
@@ -177,11 +179,13 @@ class RewardModel:
 def build_reward_model(init_from: str | os.PathLike, seed: int = 0):
     """``(LlamaForSequenceClassification, tokenizer)`` with one output, its body copied from
     the causal LM in ``init_from`` and a new score head (``transformers`` initialisation,
-    seeded). Raises what ``from_pretrained`` raises for a bad folder."""
+    seeded); tokenizer and config pad with one id (:func:`tba_lab.models.agree_on_pad`), which
+    ``save_pretrained`` then writes to both. Raises what ``from_pretrained`` raises for a bad
+    folder, and ValueError for a tokenizer with neither a pad nor an EOS token."""
     from transformers import AutoTokenizer, LlamaForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from tba_lab.models import quiet_progress
+    from tba_lab.models import agree_on_pad, quiet_progress
 
     torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(init_from))
@@ -192,7 +196,7 @@ def build_reward_model(init_from: str | os.PathLike, seed: int = 0):
             model = LlamaForSequenceClassification.from_pretrained(str(init_from), num_labels=1)
     finally:
         hf_logging.set_verbosity(level)
-    _pad_fallback(model, tokenizer)
+    agree_on_pad(model, tokenizer)
     return model, tokenizer
 
 

@@ -153,14 +153,17 @@ def _model_folder_problem(path: str, field: str, what: str) -> str | None:
 
 def load_judge(path: str, label: int = 1):
     """``(model, tokenizer)`` of a Hugging Face sequence classifier (``AutoModelForSequenceClassification``),
-    eval mode, pad token set (the EOS when missing, also in ``config.pad_token_id`` so a
-    decoder classifier finds the last non-pad token).
+    eval mode, tokenizer and config padding with one id (:func:`tba_lab.models.agree_on_pad`),
+    so a decoder classifier finds each text's last token in a batch as it does alone.
 
     Raises:
         ConfigError: not a model folder, or ``label`` is not one of its ``num_labels``; the
             message names ``redteam.judge`` / ``redteam.judge_label``.
+        ValueError: the tokenizer has neither a pad nor an EOS token.
     """
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    from tba_lab.models import agree_on_pad
 
     problem = _model_folder_problem(path, "redteam.judge", "sequence classifier")
     if problem:
@@ -169,20 +172,25 @@ def load_judge(path: str, label: int = 1):
     check(label < num_labels, f"redteam.judge_label={label}: the judge {path!r} has "
                               f"{num_labels} labels; give an index below {num_labels}")
     tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForSequenceClassification.from_pretrained(path)
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
+    agree_on_pad(model, tokenizer)
     model.eval()
     return model, tokenizer
 
 
 def judge_log_probs(model, tokenizer, texts: list[str], label: int, batch_size: int = 64) -> list[float]:
     """log p(label | text) of a sequence classifier: log_softmax of its (B, num_labels) logits,
-    column ``label``; one float per text (NaN where the model's logits are NaN)."""
+    column ``label``; one float per text (NaN where the model's logits are NaN).
+
+    Raises:
+        ValueError: the model's ``config.pad_token_id`` is not the tokenizer's pad id
+            (:func:`tba_lab.models.check_same_pad`; :func:`load_judge` makes them agree).
+    """
     import torch
 
+    from tba_lab.models import check_same_pad
+
+    check_same_pad(model, tokenizer)
     out = []
     with torch.no_grad():
         for s in range(0, len(texts), batch_size):
@@ -376,21 +384,27 @@ class RedTeamTask(Task):
     # -- diversity
     def embed(self, texts: list[str]):
         """(N, D) float tensor: mean-pooled last hidden states of ``texts`` (the victim's base
-        model by default, no special tokens; ``redteam.embedder`` through ``AutoModel``)."""
+        model by default, no special tokens; ``redteam.embedder`` through ``AutoModel``).
+
+        Raises:
+            ConfigError: ``redteam.embedder`` is not a model folder.
+            ValueError: its tokenizer has neither a pad nor an EOS token.
+        """
         import torch
 
         if self._embedder is None:
             if self.options.embedder:
                 from transformers import AutoModel, AutoTokenizer
 
+                from tba_lab.models import agree_on_pad
+
                 path = self.options.embedder
                 problem = _model_folder_problem(path, "redteam.embedder", "model")
                 if problem:
                     raise ConfigError(problem)
                 tok = AutoTokenizer.from_pretrained(path)
-                if tok.pad_token_id is None:
-                    tok.pad_token = tok.eos_token
                 model = AutoModel.from_pretrained(path).eval()
+                agree_on_pad(model, tok)  # mean pooling reads the mask; one pad id all the same
                 self._embedder = (model, tok, {})
             else:
                 model, tok = self.victim()
