@@ -37,15 +37,23 @@ __all__ = [
 ]
 
 # Number: optional sign (not right after a digit/point: that is subtraction or
-# part of another number), optional "$", then thousands-grouped digits or a
-# plain run of digits, then an optional decimal part.
+# part of another number), optional "$", then either thousands-grouped digits or
+# a plain run of digits with an optional decimal part, or a decimal part alone
+# (".5", as people write it); a bare leading point must not follow a letter,
+# where it is more likely a full stop or an abbreviation ("apples.5", "No.5").
+# A point with no digit after it is punctuation, not part of the number ("72.").
 _NUMBER_RE = re.compile(
     r"""
     (?<![\d.])                      # not inside / glued to a previous number
     (?P<sign>[-\u2212])?            # ASCII hyphen-minus or Unicode minus
     (?:\$\s*)?                      # optional dollar sign ("$5", "$ 5")
-    (?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)
-    (?P<frac>\.\d+)?
+    (?:
+        (?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)
+        (?P<frac>\.\d+)?
+    |
+        (?<![^\W\d_])               # not right after a letter
+        (?P<bare_frac>\.\d+)        # ".5" = 0.5
+    )
     """,
     re.VERBOSE,
 )
@@ -57,7 +65,10 @@ _JSON_SUFFIXES = (".jsonl", ".json")
 
 
 def _to_float(match: re.Match[str]) -> float:
-    digits = match.group("int").replace(",", "") + (match.group("frac") or "")
+    if match.group("bare_frac"):
+        digits = "0" + match.group("bare_frac")
+    else:
+        digits = match.group("int").replace(",", "") + (match.group("frac") or "")
     value = float(digits)
     return -value if match.group("sign") else value
 
@@ -90,13 +101,17 @@ def extract_answer(text: str) -> float | None:
        follows it, rule 3.
     3. **Last number.**  Otherwise the last number anywhere in the text.
 
-    A number: an optional minus sign (``-`` or ``−``) directly before the digits or the ``$``;
-    an optional ``$`` (``"$5"``, ``"$ 5"``, ``"-$5"``); digits with optional thousands commas in
-    groups of three (``1,234,567``); an optional decimal part (``2.5``). A following ``%`` or
-    sentence-final ``.`` is not part of it (``"50%"`` gives 50, ``"is 1,234."`` 1234). A minus
-    right after a digit, or separated from the digits by a space, is subtraction, not a sign
-    (``"5-3"`` and ``"10 - 5"`` never yield a negative). Fractions, LaTeX (``\\frac{1}{2}``) and
-    scientific notation are read as separate plain numbers; ``.5`` is not read (write ``0.5``).
+    A number: an optional minus sign (``-`` or ``−``) directly before the digits, the point or
+    the ``$``; an optional ``$`` (``"$5"``, ``"$ 5"``, ``"-$5"``, ``"$.50"``); digits with
+    optional thousands commas in groups of three (``1,234,567``) and an optional decimal part
+    (``2.5``), or a decimal part alone (``.5`` and ``-.5`` are 0.5 and -0.5, unless the point
+    directly follows a letter: ``"No.5"`` or ``"apples.5"`` is not 0.5). A point with no digit
+    after it, a following ``%`` and anything after the number are not part of it (``"50%"``
+    gives 50, ``"#### 72."`` 72, ``"is 1,234."`` 1234, ``"is .5."`` 0.5). A minus right after a
+    digit, or separated from the digits by a space, is subtraction, not a sign (``"5-3"`` and
+    ``"10 - 5"`` never yield a negative). Fractions, LaTeX (``\\frac{1}{2}``) and scientific
+    notation are read as separate plain numbers. The value is a float, so ``.5``, ``0.5`` and
+    ``0.50`` are the same answer.
 
     Returns:
         ``float``, the answer; ``None`` when the text holds no number, **and also** when the
@@ -110,6 +125,8 @@ def extract_answer(text: str) -> float | None:
         72.0
         >>> extract_answer("The answer is $1,234.")
         1234.0
+        >>> extract_answer("Half of one is .5\\n#### .5")
+        0.5
         >>> extract_answer("#### (no idea)") is None
         True
     """
@@ -142,7 +159,8 @@ def exact_match_reward(completion: str, gold: str) -> float:
 
     Returns:
         ``1.0`` if numbers can be extracted from both and
-        ``abs(pred - gold) < 1e-6``; otherwise ``0.0``.  In particular an
+        ``abs(pred - gold) < 1e-6`` (values are compared, not strings: a gold
+        ``.5`` is matched by ``0.5`` and ``0.50``); otherwise ``0.0``.  In particular an
         unparseable gold never pays, even when the completion is unparseable
         too (``None == None`` is not a match).
 
