@@ -20,8 +20,23 @@ What is sent (step = trainer updates, as in ``metrics.jsonl``):
 * ``searcher/<what>/s<id>``, per generation batch received: ``gen_seconds``,
   ``score_seconds``, ``sync_seconds`` and ``version_lag`` (trainer step minus the batch's
   weight version);
-* ``eval/<metric>``, at each held-out evaluation;
+* ``eval/<metric>``, at each held-out evaluation, at the step of the weights it scored;
 * ``config``, once per process, as text.
+
+Not every value is sent in step order: with ``task.defer_interim_eval`` the interim
+evaluations of weight copies are sent after the budget, at their copies' (earlier) steps. Each
+dashboard's rule for a step below one it already has, and what the reporter does about it:
+
+* TensorBoard: any order; an event is stored at the step it names. Only a resume's
+  ``purge_step`` hides events, those at or after the checkpoint's step written before it.
+* trackio: any order; ``log(values, step=s)`` stores each call at ``s`` (a step sent twice has
+  two values).
+* W&B: steps only increase. ``log(values, step=s)`` with ``s`` below its current step is dropped
+  ("Steps must be monotonically increasing"), and calls at the same step merge into one row (a
+  second value of a metric replaces the first). So the W&B reporter never passes ``step``: each
+  call is a row of its own (W&B's step counts calls), and carries the update count as
+  :data:`WANDB_STEP_METRIC`, the x-axis of every metric (``define_metric("*",
+  step_metric=...)``, W&B's way to log to earlier steps); a late value keeps its step.
 
 A new run (no resume) is a new dashboard run, also in a folder an earlier run used: that run's
 ``tensorboard/`` events are removed with its other files (:class:`~tba_lab.runlog.RunLog`), and
@@ -52,6 +67,7 @@ from pathlib import Path
 from tba_lab.config import ConfigError
 
 RATE_SECONDS = 5.0  # the window of the throughput/* rates
+WANDB_STEP_METRIC = "trainer/step"  # W&B's x-axis: the update count each value belongs to
 INTEGRATIONS = {  # report_to name -> (module that must import, how to install it)
     "tensorboard": ("tensorboard", 'pip install -e ".[tensorboard]" (or pip install tensorboard)'),
     "wandb": ("wandb", "pip install wandb"),
@@ -108,8 +124,14 @@ class TensorBoardReporter:
 
 
 class TrackerReporter:
-    """W&B or trackio through the module-level API they share: ``init(project=, name=, config=,
-    resume=)``, ``log(values, step=)``, ``finish()``; W&B's files go under ``<output_dir>/wandb``.
+    """W&B or trackio through their module-level API: ``init(project=, name=, config=,
+    resume=)``, ``log(values, step=)`` (W&B: ``define_metric`` once, then ``log(values)``),
+    ``finish()``; W&B's files go under ``<output_dir>/wandb``.
+
+    Each value is sent at the update it belongs to, also out of order (the deferred interim
+    evaluations): trackio takes ``step=`` as given; W&B, whose steps only increase, gets no
+    ``step=`` and plots every metric against :data:`WANDB_STEP_METRIC` sent with it (the
+    rules: :mod:`tba_lab.reporting`).
 
     A new run (``run_id`` None) is a new tracker run, also in an output folder an earlier run
     used: W&B makes its id; trackio's run is named after the folder, the start time and 4
@@ -123,9 +145,9 @@ class TrackerReporter:
         config: ``RunConfig.to_dict()``.
         run_id: the tracker run to continue (W&B id, trackio name), or None for a new one.
         sent_through: a resumed run's last step the stopped process may have sent (-1: none).
-            Calls at or before it are not sent: neither service takes a value back (W&B drops
-            a step below its current one with a warning, trackio would store a second value),
-            so the tracker keeps the stopped process's values of the updates done again.
+            Calls at or before it are not sent: neither service takes a value back (each would
+            store a second value at that step), so the tracker keeps the stopped process's
+            values of the updates done again.
     Raises:
         ImportError: the package is missing (the preflight refuses such a run first:
             :func:`check_report_to`).
@@ -149,9 +171,17 @@ class TrackerReporter:
             args.update(name=run_id, resume="allow")
         run = self.module.init(**args)
         self.run_id: str | None = getattr(run, "id" if name == "wandb" else "name", None) or run_id
+        self.steps_only_increase = name == "wandb"
+        if self.steps_only_increase:  # every metric against the update count it is sent with
+            self.module.define_metric(WANDB_STEP_METRIC)
+            self.module.define_metric("*", step_metric=WANDB_STEP_METRIC)
 
     def scalars(self, values: dict, step: int) -> None:
-        if step > self.sent_through:
+        if step <= self.sent_through:
+            return
+        if self.steps_only_increase:  # a row of its own at W&B's next step, never a lower one
+            self.module.log({**values, WANDB_STEP_METRIC: step})
+        else:
             self.module.log(values, step=step)
 
     def text(self, tag: str, text: str, step: int) -> None:

@@ -5,12 +5,17 @@ exact one the checkpoint names, without sending the trackers a step they already
 W&B and trackio cannot be reached here, so they are stand-ins (injected as the ``wandb`` and
 ``trackio`` modules) that apply the services' documented rules:
 
-* W&B (docs.wandb.ai, "Resume a run", "Log objects and media: step"): ``init()`` without
-  ``id`` starts a new run under a generated id; ``init(id=X, resume="allow")`` continues run X
-  when it exists (else creates it), ``"must"`` requires it, and an existing id without either
-  is an error. A continued run's step counter starts after its last logged step, and
-  ``log(step=s)`` with ``s`` below the current step is dropped with a warning ("Steps must be
-  monotonically increasing"); ``s`` equal to it adds to that step.
+* W&B (docs.wandb.ai, "Resume a run", "Log objects and media: step", "Customize log axes"):
+  ``init()`` without ``id`` starts a new run under a generated id; ``init(id=X,
+  resume="allow")`` continues run X when it exists (else creates it), ``"must"`` requires it,
+  and an existing id without either is an error. A continued run's step counter starts after
+  its last logged step. History is one row per step: ``log(step=s)`` with ``s`` below the
+  current step is dropped with a warning ("Steps must be monotonically increasing"), ``s`` equal
+  to it merges into that step's row (a second value of a key replaces the first), ``s`` above
+  it commits the row and moves on; ``log()`` without ``step`` merges into the current row and
+  commits it (the step goes up by one). ``define_metric(name, step_metric=m)`` (``name`` may be
+  a prefix glob ending in ``*``) draws ``name`` against the value of ``m`` in its rows instead of
+  W&B's step.
 * trackio (``trackio.init``'s docstring): runs are found by ``name``; ``resume="allow"``
   continues the run of that name when it exists, ``"must"`` requires it, ``"never"`` (the
   default) makes a new run, under a generated name when the name is taken. ``log(step=s)``
@@ -18,6 +23,7 @@ W&B and trackio cannot be reached here, so they are stand-ins (injected as the `
 """
 from __future__ import annotations
 
+import importlib.machinery
 import itertools
 import json
 import sys
@@ -30,7 +36,7 @@ import pytest
 from tba_lab.buffer import Rollout
 from tba_lab.config import from_dict
 from tba_lab.rollout.collect import RolloutBatch
-from tba_lab.runlog import RunLog
+from tba_lab.runlog import RunLog, read_jsonl_rows
 
 
 class _Runs:
@@ -42,8 +48,16 @@ class _Runs:
         self.dropped: list[int] = []  # steps W&B refused ("must only increase")
 
 
+def _module(name: str) -> types.ModuleType:
+    """An empty module that ``importlib.util.find_spec`` (the preflight's check) finds once it is
+    in ``sys.modules``."""
+    mod = types.ModuleType(name)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    return mod
+
+
 def _wandb_standin() -> types.ModuleType:
-    mod, store, ids = types.ModuleType("wandb"), _Runs(), itertools.count()
+    mod, store, ids = _module("wandb"), _Runs(), itertools.count()
     mod.store = store
 
     def init(project=None, name=None, config=None, id=None, resume=None, dir=None, **_):
@@ -55,32 +69,50 @@ def _wandb_standin() -> types.ModuleType:
         if exists and resume not in ("allow", "must"):
             raise RuntimeError(f"run {id} already exists; resume it with resume='allow'")
         if not exists:
-            store.runs[id] = {"name": name, "config": config, "history": []}
+            store.runs[id] = {"name": name, "config": config, "history": [], "axes": {}, "row": {}}
+        commit_row(store.runs[id])  # the last row of a process killed before finish() is kept
         history = store.runs[id]["history"]
         store.runs[id]["step"] = (max(s for s, _ in history) + 1) if history else 0
+        store.runs[id]["row"] = {}  # the current step's row, not committed yet
         store.current = id
         return types.SimpleNamespace(id=id, name=name)
 
-    def log(values, step=None):
+    def define_metric(name, step_metric=None, **_):
+        store.runs[store.current]["axes"][name] = step_metric
+
+    def commit_row(run):
+        if run["row"]:
+            run["history"].append((run["step"], run["row"]))
+            run["row"], run["step"] = {}, run["step"] + 1
+
+    def log(values, step=None, commit=None):
         run = store.runs[store.current]
-        if step is not None and step < run["step"]:
-            store.dropped.append(step)
-            warnings.warn(f"Tried to log to step {step} that is less than the current step "
-                          f"{run['step']}. Steps must be monotonically increasing, so this data "
-                          f"will be ignored.")
-            return
-        run["step"] = run["step"] if step is None else step
-        run["history"].append((run["step"], dict(values)))
+        if step is not None:
+            if step < run["step"]:
+                store.dropped.append(step)
+                warnings.warn(f"Tried to log to step {step} that is less than the current step "
+                              f"{run['step']}. Steps must be monotonically increasing, so this "
+                              f"data will be ignored.")
+                return
+            if step > run["step"]:
+                commit_row(run)
+                run["step"] = step
+        elif commit is None:
+            commit = True
+        run["row"].update(values)
+        if commit:
+            commit_row(run)
 
     def finish():
+        commit_row(store.runs[store.current])
         store.current = None
 
-    mod.init, mod.log, mod.finish = init, log, finish
+    mod.init, mod.define_metric, mod.log, mod.finish = init, define_metric, log, finish
     return mod
 
 
 def _trackio_standin() -> types.ModuleType:
-    mod, store, names = types.ModuleType("trackio"), _Runs(), itertools.count()
+    mod, store, names = _module("trackio"), _Runs(), itertools.count()
     mod.store = store
 
     def init(project, name=None, config=None, resume="never", **_):
@@ -150,8 +182,21 @@ def _killed(log: RunLog) -> None:
             r.writer.close()
 
 
-def _steps(history) -> list:
-    return [s for s, values in history if any(k.startswith("train/") for k in values)]
+def _points(run: dict, metric: str) -> list[tuple]:
+    """``(x, value)`` of ``metric`` in a stand-in run's history, in the order logged, as the
+    tracker draws it: x is the row's value of the metric's ``step_metric`` (W&B's
+    ``define_metric``: for the name itself, else the longest prefix glob that matches it), else
+    the row's step."""
+    axes = run.get("axes", {})
+    globs = sorted((n for n in axes if n.endswith("*") and metric.startswith(n[:-1])), key=len)
+    axis = axes.get(metric) or (axes[globs[-1]] if globs else None)
+    return [(values[axis] if axis else step, values[metric])
+            for step, values in run["history"] if metric in values]
+
+
+def _steps(run: dict) -> list:
+    """The updates a stand-in run has a loss of, in the order logged."""
+    return [x for x, _ in _points(run, "train/loss")]
 
 
 @pytest.mark.parametrize("tracker", ["wandb", "trackio"], indirect=True)
@@ -184,8 +229,8 @@ def test_a_new_run_in_a_used_folder_is_a_new_tracker_run_and_resume_continues_th
 
     assert len(mod.store.runs) == 2, f"one tracker run for two runs: {list(mod.store.runs)}"
     a, b = mod.store.runs.values()
-    assert _steps(a["history"]) == [1, 2, 3]  # the first run, untouched by the second
-    assert _steps(b["history"]) == [1, 2, 3], "the second run's updates were lost"
+    assert _steps(a) == [1, 2, 3]  # the first run, untouched by the second
+    assert _steps(b) == [1, 2, 3], "the second run's updates were lost"
     assert [v["train/loss"] for _, v in b["history"] if "train/loss" in v] == \
         pytest.approx([0.1, 0.2, 0.3])
     assert state["trackers"] == {name: list(mod.store.runs)[1]}
@@ -245,5 +290,57 @@ def test_a_resume_sends_the_tracker_no_step_it_already_has(tmp_path, tracker):
         resumed.close(5)
     [runs] = [list(mod.store.runs.values())]
     assert len(runs) == 1
-    assert _steps(runs[0]["history"]) == [1, 2, 3, 4, 5]
+    assert _steps(runs[0]) == [1, 2, 3, 4, 5]
     assert not getattr(mod.store, "dropped", [])
+
+
+def test_deferred_interim_evaluations_reach_every_tracker_at_their_steps(tmp_path, monkeypatch):
+    """After ms-swift#7080 and wandb#6077: with ``task.defer_interim_eval`` (the race's setting)
+    the interim evaluations of weight copies are sent after the budget, at their copies' steps,
+    all below the last update's; W&B dropped each as "step must only increase" (and merged the
+    last copy's with the final evaluation, both at the last step), so its eval curve had only the
+    first and the last point. A tiny real run reporting to W&B, trackio (stand-ins) and
+    TensorBoard (when installed): every row of ``eval.jsonl`` reaches each tracker at its step,
+    in order, with its values, and W&B has each update's loss at its step."""
+    import importlib.util
+
+    import torch
+
+    from tba_lab.trainer import train
+
+    trackers = {name: STANDINS[name]() for name in ("wandb", "trackio")}
+    for name, mod in trackers.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    report_to = ["wandb", "trackio"]
+    if importlib.util.find_spec("tensorboard") is not None:
+        report_to.append("tensorboard")
+    torch.set_num_threads(1)
+    run = tmp_path / "run"
+    cfg = from_dict({"output_dir": str(run), "max_minutes": 3.0, "report_to": report_to,
+                     "model": {"max_new_tokens": 16}, "buffer": {"initial_fill": 8},
+                     "training": {"max_steps": 6, "num_prompts_per_step": 2, "num_generations": 4},
+                     "async": {"mode": "sync", "searcher_threads": 1},
+                     "task": {"eval_size": 4, "interim_eval_size": 4, "eval_every_seconds": 1e-3,
+                              "defer_interim_eval": True}})
+    train(cfg, progress=False)
+
+    evals = read_jsonl_rows(run / "eval.jsonl")
+    assert [e["step"] for e in evals] == [0, 1, 2, 3, 4, 5, 6, 6]  # before, copy per update, after
+    metrics = [k for k in evals[0] if k not in ("step", "wall_seconds", "n")]
+    for name, mod in trackers.items():
+        [tracked] = mod.store.runs.values()
+        for key in metrics:
+            got, want = _points(tracked, f"eval/{key}"), [(e["step"], e[key]) for e in evals]
+            assert got == want, f"{name}: eval/{key} at (step, value) {got}, eval.jsonl has {want}"
+        assert not mod.store.dropped
+    [wandb_run] = trackers["wandb"].store.runs.values()
+    losses = [(m["step"], m["loss"]) for m in read_jsonl_rows(run / "metrics.jsonl")]
+    assert _points(wandb_run, "train/loss") == losses
+    if "tensorboard" in report_to:
+        from tba_lab.reporting import read_tensorboard
+
+        tb = read_tensorboard(run)
+        for key in metrics:
+            assert [s for s, _ in tb[f"eval/{key}"]] == [e["step"] for e in evals]
+            assert [v for _, v in tb[f"eval/{key}"]] == pytest.approx([e[key] for e in evals],
+                                                                       rel=1e-6)
