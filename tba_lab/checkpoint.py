@@ -8,7 +8,9 @@ run where it stopped (``tba-lab train --resume DIR``):
 * the schedule position: training seconds used so far (the linear learning-rate schedule and
   the time budget continue from it) and the step (beta's annealing follows the step);
 * the replay buffer (items, refreshed set, its sampling RNG), the trainer's RNG states
-  (``torch``, ``random``), the run log's counters and summary so far;
+  (``torch``, ``random``), the run log's counters and summary so far (among them the rows
+  generated and the rows trained on, which the replay bound counts on after a resume with
+  another B);
 * the run's config, to refuse a resume with another model, task or algorithm.
 
 Writing: ``torch.save`` to a temporary file in the same folder, ``fsync``, then ``os.replace``
@@ -148,6 +150,12 @@ def load_checkpoint(output_dir: str | os.PathLike) -> dict:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a tba-lab checkpoint of format {FORMAT}")
     check_finite_weights(state.get("policy", {}).items(), f"resume from {path}")  # an old file
+    log, config = state.get("log"), state.get("config")
+    if isinstance(log, dict) and "trained" not in log and config:
+        # a checkpoint written before the run log counted the rows trained on: every update
+        # took one batch of the checkpoint's own B x K (sync runs' short batches aside)
+        tr = config["training"]
+        log["trained"] = state["step"] * tr["num_prompts_per_step"] * tr["num_generations"]
     return state
 
 

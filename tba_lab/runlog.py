@@ -154,8 +154,8 @@ class RunLog:
         tba_lab.config.ConfigError: ``output_dir`` cannot be created (naming it and the fix).
     """
 
-    _COUNTERS = ("samples", "stale_sum", "stale_n", "stale_max", "searcher_reward", "nonfinite",
-                 "elapsed_saved")
+    _COUNTERS = ("samples", "trained", "stale_sum", "stale_n", "stale_max", "searcher_reward",
+                 "nonfinite", "elapsed_saved")
 
     def __init__(self, cfg, progress: bool = True, resume: dict | None = None):
         from tba_lab.config import ConfigError, write_yaml
@@ -176,6 +176,7 @@ class RunLog:
                               "resumes": 0, "nonfinite_rewards": 0, "nonfinite_logprobs": 0,
                               "nonfinite_updates": 0, "searcher_failures": []}
         self.samples, self.stale_sum, self.stale_n, self.stale_max = 0, 0, 0, 0
+        self.trained = 0              # rows trained on, summed over the updates made (resumes too)
         self.searcher_reward = None   # mean reward of the newest generated rollouts
         self.nonfinite = 0            # rewards dropped because they were NaN or infinite
         self.elapsed_saved = 0.0      # training seconds before this (resumed) process
@@ -357,6 +358,7 @@ class RunLog:
         """Trainer update ``step`` (counted after it) finished; ``batch`` is what it trained on,
         ``t_ready`` when its data was ready (``time.time()``)."""
         now = time.time()
+        self.trained += len(batch)
         staleness = ReplayBuffer.staleness(batch, step - 1)  # updates before this one - version
         self.stale_sum += sum(staleness)
         self.stale_n += len(staleness)
@@ -441,7 +443,7 @@ class RunLog:
             self.summary["wall_seconds"] = round(self.elapsed(), 1)
         wall = self.summary["wall_seconds"]
         self.summary.update(trainer_steps=step, samples_generated=self.samples,
-                            nonfinite_rewards=self.nonfinite,
+                            samples_trained=self.trained, nonfinite_rewards=self.nonfinite,
                             staleness_mean=(self.stale_sum / self.stale_n) if self.stale_n else None,
                             staleness_max=self.stale_max if self.stale_n else None,
                             updates_per_minute=round(60 * step / max(wall, 1e-9), 2), **(extra or {}))

@@ -108,7 +108,7 @@ class Feed:
     * async: a B x K sample of the buffer (recency m / reward softmax) once it holds
       ``buffer.initial_fill`` rollouts, else None (keep waiting); with
       ``buffer.max_replay_ratio`` = rho > 0 also None while one more batch would make the rows
-      trained on exceed rho times the rows generated (``(step + 1) * B * K > rho * samples
+      trained on exceed rho times the rows generated (``rows trained + B * K > rho * samples
       generated``, whole run): a rate limiter, as Reverb's samples-per-insert, that makes a
       trainer faster than its searchers wait for new data instead of replaying the buffer
       ever more often;
@@ -211,9 +211,11 @@ class Feed:
 
     def _replay_bound(self, step: int) -> bool:
         """True while update ``step + 1`` would train on more than ``buffer.max_replay_ratio``
-        rows per row generated (counted over the whole run, resumes included)."""
+        rows per row generated (counted over the whole run, resumes included). The rows
+        already trained on are the run log's count of what the updates took, not ``step``
+        times today's B x K: a resume may change ``training.num_prompts_per_step``."""
         rho, tr = self.cfg.buffer.max_replay_ratio, self.cfg.training
-        rows_after = (step + 1) * tr.num_prompts_per_step * tr.num_generations
+        rows_after = self.log.trained + tr.num_prompts_per_step * tr.num_generations
         return bool(rho) and rows_after > rho * self.log.samples
 
     def _check_silence(self, step: int) -> None:

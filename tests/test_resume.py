@@ -393,6 +393,48 @@ def test_a_resume_drops_the_rows_and_events_logged_after_its_checkpoint(tmp_path
                                                    read_jsonl_rows(run / "eval.jsonl")] == [2]
 
 
+def test_a_resume_with_another_batch_size_counts_the_rows_it_trained_on(tmp_path):
+    """After OLMo PR 182, transformers#25956. 12 updates at B = 2, K = 4 (96 rows trained on,
+    96 generated), resumed at B = 4 with ``buffer.max_replay_ratio`` 1: the first resumed
+    update needs one batch of 16 new rows (96 + 16 <= 112), not (12 + 1) x 4 x 4 = 208 rows in
+    all. A checkpoint that predates the count is read as its own B x K per update."""
+    from tba_lab.runlog import RunLog
+    from tba_lab.trainer import Feed
+
+    run = tmp_path / "run"
+    first = from_dict({"output_dir": str(run), "training": {"num_prompts_per_step": 2,
+                                                            "num_generations": 4}})
+    log = RunLog(first, progress=False)
+    for step in range(1, 13):
+        log.received([_log_batch(step, step - 1)], step - 1)  # 8 rows generated
+        log.update(step, _log_batch(0, step - 1).rollouts, 0.1, {}, 1.0, 1e-5, time.time(), 8)
+    state = log.state_dict(12)
+    log.close(12)
+    assert state["samples"] == 96
+
+    resumed_cfg = from_dict({**first.to_dict(), "training": {**first.to_dict()["training"],
+                                                             "num_prompts_per_step": 4}})
+    assert resumed_cfg.buffer.max_replay_ratio == 1.0
+    resumed = RunLog(resumed_cfg, progress=False, resume=state)
+    feed = Feed(resumed_cfg, None, ReplayBuffer(8, 0.5, seed=0), resumed)
+    assert feed._replay_bound(12)  # nothing new yet: 96 + 16 > 96
+    resumed.received([_log_batch(13, 12, n=15)], 12)
+    assert feed._replay_bound(12)  # 15 new rows: 96 + 16 > 111
+    resumed.received([_log_batch(14, 12, n=1)], 12)
+    assert not feed._replay_bound(12)  # 16 new rows: 96 + 16 <= 112
+    assert state["trained"] == 96
+    resumed.update(13, _log_batch(0, 12, n=16).rollouts, 0.1, {}, 1.0, 1e-5, time.time(), 8)
+    assert resumed.trained == 112 and feed._replay_bound(13)
+    resumed.close(13)
+
+    # a checkpoint written before the count: 12 updates of its own 2 x 4 rows
+    old = { "step": 12, "config": first.to_dict(), "policy": {},
+           "log": {k: v for k, v in state.items() if k != "trained"}}
+    (tmp_path / "old").mkdir()
+    save_checkpoint(tmp_path / "old", old)
+    assert load_checkpoint(tmp_path / "old")["log"]["trained"] == 96
+
+
 def test_an_extended_run_keeps_its_deferred_evaluations_and_drops_its_old_after_row(tmp_path):
     """A finished run (final checkpoint at 3, then its deferred interim evaluation of the
     copy from update 2 and its "after" evaluation at 3) extended with ``--resume``: the

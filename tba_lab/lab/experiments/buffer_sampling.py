@@ -91,8 +91,11 @@ def share_over_k(buffer_path: Path, k: int) -> float | None:
 
 
 def generation_ratio(row: dict) -> float | None:
-    """Rollouts generated over rollouts trained on (updates x B x K) in one run; None if the
-    run made no update or recorded no rate."""
+    """Rollouts generated over rollouts trained on in one run, as its summary counted them
+    (``samples_generated`` / ``samples_trained``); a row recorded before the summary had them:
+    rate x seconds over updates x B x K. None if the run made no update or recorded no rate."""
+    if row.get("samples_trained") and row.get("samples_generated"):
+        return row["samples_generated"] / row["samples_trained"]
     batch = (row.get("overrides") or {}).get("training") or {}
     trained = row.get("trainer_steps", 0) * batch.get("num_prompts_per_step", 0) \
         * batch.get("num_generations", 0)

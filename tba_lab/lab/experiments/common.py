@@ -376,7 +376,8 @@ def basic_numbers(summary: dict, s: dict) -> dict:
     steps = int(summary.get("trainer_steps") or 0)
     return {**held_out(summary), **{k: summary.get(k) for k in (
                 "accuracy_before", "accuracy_after", "staleness_mean", "staleness_max",
-                "updates_per_minute")}, "trainer_steps": steps, "wall_seconds": wall,
+                "updates_per_minute", "samples_generated", "samples_trained")},
+            "trainer_steps": steps, "wall_seconds": wall,
             "samples_per_minute": 60.0 * summary.get("samples_generated", 0) / wall if wall else None,
             "capped": bool(s.get("max_steps")) and steps < int(s["max_steps"])}
 
