@@ -441,6 +441,7 @@ def test_cli_trainer_killed_searchers_exit_on_their_own(tmp_path):
     pytest.param("local", signal.SIGKILL, id="local-sigkill"),
     pytest.param("local", signal.SIGTERM, id="local-sigterm", marks=pytest.mark.slow),  # kill-pid
     pytest.param("ray", signal.SIGKILL, id="ray-sigkill", marks=pytest.mark.slow),  # Ray's start
+    pytest.param("ray", signal.SIGTERM, id="ray-sigterm", marks=pytest.mark.slow),
 ])
 def test_cli_trainer_ended_mid_batch_leaves_nothing(tmp_path, launcher, sig):
     """The trainer alone ends (SIGKILL: the OOM killer; SIGTERM: ``kill PID``) while its
@@ -472,8 +473,12 @@ def test_cli_trainer_ended_mid_batch_leaves_nothing(tmp_path, launcher, sig):
         assert any(searcher in cmd for cmd in watch.seen.values()), f"no searcher: {watch.seen}"
         t0 = time.time()
         os.kill(proc.pid, sig)
-        _, seconds = _wait_exit(proc, t0)
+        rc, seconds = _wait_exit(proc, t0)
     t_exit = time.time()
+    if sig == signal.SIGTERM:  # unwound like Ctrl-C, also under Ray (whose driver handler aborts)
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert rc == 130 and summary["interrupted"] is True, (rc, proc.log()[-4000:])
+        assert (tmp_path / "run" / "checkpoint.pt").exists()
     try:
         # Ray's node agents (no model, no shared memory) first report the raylet's death to the
         # GCS, dead too, and give up after a timeout inside Ray (60 s) before they exit

@@ -38,6 +38,7 @@ import atexit
 import math
 import os
 import queue as queue_lib
+import signal
 import threading
 import time
 import traceback
@@ -361,6 +362,10 @@ class RayLauncher:
         import ray
 
         if not ray.is_initialized():
+            # ray.init installs Ray's own SIGTERM handler in the driver, which aborts the process
+            # (no final checkpoint); the trainer's handler (SIGTERM unwinds like Ctrl-C) is put back
+            on_sigterm = (signal.getsignal(signal.SIGTERM)
+                          if threading.current_thread() is threading.main_thread() else None)
             field, address = cluster_address(self.options.address)
             if address:
                 try:
@@ -372,6 +377,8 @@ class RayLauncher:
             else:
                 need = math.ceil(self.cfg.async_.num_searchers * self.options.num_cpus_per_searcher)
                 start_local_ray(self.options.num_cpus or max(available_cores(), need))
+            if callable(on_sigterm):
+                signal.signal(signal.SIGTERM, on_sigterm)
             self.owns_ray = True
         if not self.registered:  # after ray.init: atexit runs this stop before Ray's shutdown
             self.registered = True
