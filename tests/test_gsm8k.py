@@ -29,6 +29,36 @@ ROWS = [
 # extract_answer
 # --------------------------------------------------------------------------
 
+# (text, value extract_answer must give): decimals written without a leading zero, and the
+# neighbouring forms that must keep their meaning.
+NUMBER_FORMS = [
+    ("Half of one is .5\n#### .5", 0.5),    # worked answer and marker both written ".5"
+    ("#### .5", 0.5),
+    ("####.5", 0.5),
+    ("#### -.5", -0.5),
+    ("#### \u2212.5", -0.5),                  # Unicode minus
+    ("#### $.50", 0.5),
+    ("#### -$.50", -0.5),
+    ("#### .5 or 7", 0.5),                     # the first number after the marker, not 7
+    ("The answer is .5.", 0.5),                # sentence-final point is not part of it
+    ("It comes to .5.", 0.5),                  # last-number rule
+    ("x = .25 and y = .75", 0.75),
+    ("#### 0.5", 0.5),
+    ("#### 0.50", 0.5),
+    ("#### 5.", 5.0),
+    ("#### 72.", 72.0),                        # trailing point after an integer: still 72
+    ("#### 1,000", 1000.0),
+    ("#### 1,000.5", 1000.5),
+    ("#### -3", -3.0),
+    ("#### -3.25", -3.25),
+    ("10 - .5", 0.5),                          # subtraction, not a sign
+    ("5-.5", 0.5),
+    ("1.2.3", 1.2),                            # no number starts inside another
+    ("No.5", None),                            # a point after a letter is not a decimal point
+    ("See Fig.5 for 7", 7.0),
+]
+
+
 @pytest.mark.parametrize(
     "text, expected",
     [
@@ -78,7 +108,7 @@ ROWS = [
         # last #### with no number after it: None, no fallback
         ("I think 5.\n#### ", None),
         ("#### 5\n#### unknown", None),
-    ],
+    ] + NUMBER_FORMS,
 )
 def test_extract_answer_table(text, expected):
     got = extract_answer(text)
@@ -122,6 +152,18 @@ def test_extract_answer_rejects_non_str():
         ("no number here", "no number there", 0.0),
         ("", "", 0.0),
         ("#### ", "#### ", 0.0),
+        # a gold written with a leading point parses, as a bare value or a full answer field
+        ("#### 0.5", "Half of one is .5\n#### .5", 1.0),
+        ("#### 0.5", ".5", 1.0),
+        ("#### .5", "0.5", 1.0),
+        ("#### 0.50", ".5", 1.0),
+        ("The answer is .5.", "#### .5", 1.0),
+        ("#### -.5", "-0.5", 1.0),
+        ("#### $.50", "0.5", 1.0),
+        ("#### 72.", "72", 1.0),
+        ("#### 1,000", "1000", 1.0),
+        ("#### .5", "5", 0.0),
+        ("#### .5", "-.5", 0.0),
     ],
 )
 def test_exact_match_reward(completion, gold, expected):
@@ -144,66 +186,6 @@ def test_gold_answer():
 # --------------------------------------------------------------------------
 # the number format: one pattern for every reader of a numeric answer
 # --------------------------------------------------------------------------
-
-# (text, value extract_answer must give): decimals written without a leading zero, and the
-# neighbouring forms that must keep their meaning.
-NUMBER_FORMS = [
-    ("Half of one is .5\n#### .5", 0.5),    # worked answer and marker both written ".5"
-    ("#### .5", 0.5),
-    ("####.5", 0.5),
-    ("#### -.5", -0.5),
-    ("#### \u2212.5", -0.5),                  # Unicode minus
-    ("#### $.50", 0.5),
-    ("#### -$.50", -0.5),
-    ("#### .5 or 7", 0.5),                     # the first number after the marker, not 7
-    ("The answer is .5.", 0.5),                # sentence-final point is not part of it
-    ("It comes to .5.", 0.5),                  # last-number rule
-    ("x = .25 and y = .75", 0.75),
-    ("#### 0.5", 0.5),
-    ("#### 0.50", 0.5),
-    ("#### 5.", 5.0),
-    ("#### 72.", 72.0),                        # trailing point after an integer: still 72
-    ("#### 1,000", 1000.0),
-    ("#### 1,000.5", 1000.5),
-    ("#### -3", -3.0),
-    ("#### -3.25", -3.25),
-    ("10 - .5", 0.5),                          # subtraction, not a sign
-    ("5-.5", 0.5),
-    ("1.2.3", 1.2),                            # no number starts inside another
-    ("No.5", None),                            # a point after a letter is not a decimal point
-    ("See Fig.5 for 7", 7.0),
-]
-
-
-@pytest.mark.parametrize("text, expected", NUMBER_FORMS)
-def test_extract_answer_number_forms(text, expected):
-    got = extract_answer(text)
-    if expected is None:
-        assert got is None
-    else:
-        assert isinstance(got, float)
-        assert got == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(
-    "completion, gold, expected",
-    [
-        # a gold written with a leading point parses, as a bare value or a full answer field
-        ("#### 0.5", "Half of one is .5\n#### .5", 1.0),
-        ("#### 0.5", ".5", 1.0),
-        ("#### .5", "0.5", 1.0),
-        ("#### 0.50", ".5", 1.0),
-        ("The answer is .5.", "#### .5", 1.0),
-        ("#### -.5", "-0.5", 1.0),
-        ("#### $.50", "0.5", 1.0),
-        ("#### 72.", "72", 1.0),
-        ("#### 1,000", "1000", 1.0),
-        ("#### .5", "5", 0.0),
-        ("#### .5", "-.5", 0.0),
-    ],
-)
-def test_exact_match_compares_values_of_every_form(completion, gold, expected):
-    assert exact_match_reward(completion, gold) == expected
 
 
 def test_gold_answer_with_a_leading_point():
