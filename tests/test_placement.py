@@ -300,7 +300,7 @@ def test_stale_check_off_with_zero():
 class _CountingLog(_Log):
     def __init__(self):
         super().__init__()
-        self.samples = 0
+        self.samples = self.trained = 0  # rows generated; rows the updates trained on
 
     def received(self, batches, step):
         self.samples += sum(len(b.rollouts) for b in batches)
@@ -312,7 +312,7 @@ class _CountingLog(_Log):
 ])
 def test_replay_ratio_bound_makes_the_trainer_wait_for_new_data(rho, expected):
     """With buffer.max_replay_ratio rho, update step + 1 gets a batch only while
-    (step + 1) * B * K <= rho * rows generated: 2 x 2 rows per batch, 4 rows received, then 8."""
+    rows trained + B * K <= rho * rows generated: 2 x 2 rows per batch, 4 rows received, then 8."""
     from tba_lab.trainer import Feed
 
     cfg = from_dict({"training": {"num_prompts_per_step": 2, "num_generations": 2},
@@ -335,7 +335,9 @@ def test_replay_ratio_bound_makes_the_trainer_wait_for_new_data(rho, expected):
             continue
         batch = feed.next_batch(step)
         got.append(batch is not None)
-        step += batch is not None
+        if batch is not None:  # the update RunLog.update counts
+            step += 1
+            log.trained += len(batch)
     assert got == [e for e in expected if e != "deliver"]
     assert log.samples == 8 and step == (3 if rho else 5)
 
