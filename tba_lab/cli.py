@@ -273,7 +273,11 @@ def _course(args) -> int:
         return 1
     print(assignments.table(rows))
     print(f"wrote {Path(out) / 'grades.csv'}")
-    return 0
+    not_graded = sorted({(r["student"], r["assignment"], r["status"]) for r in rows
+                         if r["status"] != assignments.GRADED})
+    for student, assignment, status in not_graded:  # graded 0 in grades.csv; the others were
+        print(f"tba-lab course grade: {student} {assignment}: {status}", file=sys.stderr)
+    return 1 if not_graded else 0
 
 
 def _experiment(args) -> int:

@@ -1,8 +1,9 @@
 """The course as nbgrader assignments: the students' copies hold no solution, the installed
-package holds none either, and the grading of three made-up submissions scores what it should."""
+package holds none either, and the grading of four made-up submissions (one that cannot be graded) scores what it should."""
 import csv
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,28 +128,40 @@ def _submission(root: Path, subs: Path, student: str, edit: dict) -> None:
     nbformat.write(nb, out)
 
 
-def test_grading_scores_three_made_up_submissions(course, tmp_path):
+def test_grading_scores_four_made_up_submissions_one_of_them_broken(course, tmp_path):
+    """Three submissions graded, and one nbgrader cannot grade (after nbgrader#1302,
+    abc-classroom#88: carol hands in a renamed copy, ``-Copy1``): carol is listed with 0 and
+    the reason, and cy, graded after her, is graded; ``grades.csv`` has every student."""
     root, _ = course
     subs = tmp_path / "subs"
     _submission(root, subs, "ada", {})  # every answer right
     _submission(root, subs, "bob", {"02_tb_loss_answer":  # a wrong answer: sum for mean
                               lambda filled, empty: filled.replace("(residual ** 2).mean()",
                                                                    "(residual ** 2).sum()")})
+    _submission(root, subs, "carol", {})
+    book = subs / "carol" / STEM / f"{STEM}.ipynb"
+    book.rename(book.with_name(f"{STEM}-Copy1.ipynb"))  # what JupyterLab's Duplicate names it
     _submission(root, subs, "cy", {"02_vargrad_log_z_answer": lambda filled, empty: empty})  # left empty
     assert "sum()" in (subs / "bob" / STEM / f"{STEM}.ipynb").read_text()
     rows = assignments.grade(root, submitted=subs)
     got = {(r["student"], r["exercise"]): r["score"] for r in rows}
     names = sorted(n for n in EXERCISES if n.startswith("02."))
     want = {(s, n): 1.0 for s in ("ada", "bob", "cy") for n in names}
+    want.update({("carol", n): 0.0 for n in names})
     want[("bob", "02.tb_loss")] = 0.0
     want[("cy", "02.vargrad_log_z")] = 0.0
     assert got == want
     assert all(r["max_score"] == 1.0 for r in rows)
     with open(root / "grades.csv") as f:
         table = list(csv.DictReader(f))
-    assert len(table) == 12 and {r["student"] for r in table} == {"ada", "bob", "cy"}
+    assert len(table) == 16 and {r["student"] for r in table} == {"ada", "bob", "carol", "cy"}
+    status = {r["student"]: r["status"] for r in table}
+    assert status["ada"] == status["bob"] == status["cy"] == "graded"
+    assert status["carol"] == (f"not graded: handed in {STEM}-Copy1.ipynb, not {STEM}.ipynb: "
+                               f"rename it to {STEM}.ipynb and grade again")
     text = assignments.table(rows)
     assert re.search(r"^ *ada .* 4/4$", text, flags=re.M) and re.search(r"^ *bob .* 3/4$", text, flags=re.M)
+    assert re.search(r"^ *carol .* 0/4$", text, flags=re.M)
 
 
 def test_course_release_command_writes_the_students_copies(tmp_path):
@@ -165,6 +178,18 @@ def test_course_release_command_writes_the_students_copies(tmp_path):
                            str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "no submissions" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    # a class whose only submission cannot be graded: listed with its reason, exit 1
+    copy = tmp_path / "submitted" / "carol" / "03_replay_buffer" / "03_replay_buffer-Copy1.ipynb"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(tmp_path / "release" / "03_replay_buffer" / "03_replay_buffer.ipynb", copy)
+    proc = subprocess.run([sys.executable, "-m", "tba_lab", "course", "grade", "--out",
+                           str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "carol 03_replay_buffer: not graded: handed in 03_replay_buffer-Copy1.ipynb" in proc.stderr
+    with open(tmp_path / "grades.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and all(r["student"] == "carol" and r["score"] == "0.0"
+                        and r["status"].startswith("not graded: handed in") for r in rows)
     proc = subprocess.run([sys.executable, "-m", "tba_lab", "course", "release", "--out",
                            str(tmp_path), "--only", "03"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--force" in proc.stderr

@@ -105,13 +105,20 @@ def release(course_dir: str | Path = "runs/course", only: list[str] | None = Non
     return written
 
 
+GRADED = "graded"  # grades.csv's status of a submission nbgrader scored
+
+
 def grade(course_dir: str | Path = "runs/course", submitted: str | Path | None = None,
           smoke: bool = True) -> list[dict]:
     """Autograde every submission in ``course_dir`` (after :func:`release`) with nbgrader, after
     copying in ``submitted`` (``<student>/<NN_name>/<NN_name>.ipynb``) if given; ``smoke=False``
     runs full notebooks. Writes ``grades.csv`` and returns its rows (:func:`scores`).
 
-    Raises FileNotFoundError (no gradebook, or no submission) or RuntimeError (nbgrader failed).
+    A submission nbgrader cannot grade (a renamed notebook, an unreadable file) does not stop
+    the others, as with ``nbgrader autograde`` itself: its exercises are listed with score 0
+    and ``status`` ``"not graded: <reason>"``, and every other submission is graded.
+
+    Raises FileNotFoundError (no gradebook, or no submission).
     """
     course = Path(course_dir).resolve()
     if not (course / "gradebook.db").is_file():
@@ -125,34 +132,62 @@ def grade(course_dir: str | Path = "runs/course", submitted: str | Path | None =
         raise FileNotFoundError(f"no submissions in {course / 'submitted'} "
                                 "(expected <student>/<NN_name>/<NN_name>.ipynb)")
     api = _api(course, smoke=smoke)
+    failed = {}
     for student, assignment in pairs:
-        result = api.autograde(assignment, student, force=True, create=True)
+        try:
+            result = api.autograde(assignment, student, force=True, create=True)
+        except Exception as e:  # one submission never stops the class
+            result = {"success": False, "error": f"{type(e).__name__}: {e}"}
         if not result["success"]:
-            raise RuntimeError(f"nbgrader autograde {assignment} {student} failed:\n"
-                               f"{result.get('log', '')[-4000:]}")
-    rows = scores(course, pairs)
+            failed[(student, assignment)] = failure_reason(result, assignment)
+    rows = scores(course, pairs, failed)
     with open(course / "grades.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["student", "assignment", "exercise", "score",
-                                               "max_score"])
+                                               "max_score", "status"])
         writer.writeheader()
         writer.writerows(rows)
     return rows
 
 
-def scores(course_dir: Path, pairs: list[tuple[str, str]]) -> list[dict]:
+def failure_reason(result: dict, assignment: str) -> str:
+    """One line saying why nbgrader could not grade a submission, from ``api.autograde``'s
+    result (``log``, ``error``): a notebook handed in under another name is named, with the
+    fix; otherwise nbgrader's last error line."""
+    log = result.get("log") or ""
+    unknown = [line.split("Skipping unknown notebook:", 1)[1].strip()
+               for line in log.splitlines() if "Skipping unknown notebook:" in line]
+    if unknown:
+        return (f"handed in {', '.join(Path(u).name for u in unknown)}, not {assignment}.ipynb: "
+                f"rename it to {assignment}.ipynb and grade again")
+    errors = [line.split("]", 1)[-1].strip() for line in log.splitlines() if "[ERROR]" in line]
+    lines = [line for line in (result.get("error") or "").strip().splitlines() if line.strip()]
+    return (errors or lines or ["nbgrader autograde failed"])[-1]
+
+
+def scores(course_dir: Path, pairs: list[tuple[str, str]],
+           failed: dict[tuple[str, str], str] | None = None) -> list[dict]:
     """``student``, ``assignment``, ``exercise`` (its test cell's ``grade_id`` with "." for the
-    first "_": ``02.tb_loss``), ``score`` and ``max_score`` of each graded cell of the pairs."""
+    first "_": ``02.tb_loss``), ``score``, ``max_score`` and ``status`` of each graded cell of
+    the pairs. ``failed``: ``{(student, assignment): reason}`` of submissions nbgrader could not
+    grade; their cells score 0 with ``status`` ``"not graded: <reason>"`` (else ``graded``)."""
     from nbgrader.api import Gradebook
 
+    failed = failed or {}
     rows = []
     with Gradebook(f"sqlite:///{Path(course_dir) / 'gradebook.db'}", COURSE_ID) as gb:
         for student, assignment in pairs:
             for notebook in gb.find_assignment(assignment).notebooks:
-                sub = gb.find_submission_notebook(notebook.name, assignment, student)
-                for g in sorted(sub.grades, key=lambda g: g.name):
+                if (student, assignment) in failed:
+                    status = f"not graded: {failed[(student, assignment)]}"
+                    cells = [(c.name, 0.0, c.max_score) for c in notebook.grade_cells]
+                else:
+                    status = GRADED
+                    sub = gb.find_submission_notebook(notebook.name, assignment, student)
+                    cells = [(g.name, g.score, g.max_score) for g in sub.grades]
+                for name, score, most in sorted(cells):
                     rows.append({"student": student, "assignment": assignment,
-                                 "exercise": g.name.replace("_", ".", 1),
-                                 "score": float(g.score), "max_score": float(g.max_score)})
+                                 "exercise": name.replace("_", ".", 1), "score": float(score),
+                                 "max_score": float(most), "status": status})
     return rows
 
 
