@@ -10,11 +10,10 @@ valid training data: search and learning need not wait for each other.
 
     python -m tba_lab.minimal --minutes 3 --seed 0 [--num-searchers 1] [--sync-period 1]
 
-ends with ``tb/async on arithmetic: held-out accuracy A% -> B% in N updates, S s``, the form of
-``tba-lab train``'s last line. Only the embedded model, the arithmetic task and the count
-of usable cores come from the library (``tba_lab.models.load_policy``, ``tba_lab.tasks.arithmetic``,
-``tba_lab.actors.placement.available_cores``); the loss, the buffer, the searcher, the trainer
-and the sync are written out here.
+ends with ``tb/async on arithmetic: held-out accuracy A% -> B% in N updates, S s``, as ``tba-lab
+train`` ends. From the library come only the embedded model, the arithmetic task, the usable core
+count (``models.load_policy``, ``tasks.arithmetic``, ``actors.placement.available_cores``) and a
+searcher's watch on its trainer (``actors.lifetime``); the algorithm is all written out here.
 
 Where this departs from the paper (the same choices as the library's defaults):
 * one trainer process on the CPU; searchers score their rows under the reference policy;
@@ -35,17 +34,16 @@ import dataclasses
 import inspect
 import math
 import multiprocessing as mp
-import os
 import queue
 import random
 import signal
-import sys
-import threading
 import time
 from dataclasses import dataclass
 
 import torch
 from transformers import LlamaForCausalLM
+
+from tba_lab.actors.lifetime import exit_with_parent, raise_system_exit
 
 # the key/value cache's argument in the embedded model (a Llama): `cache` in transformers >= 5.2x
 CACHE = next(n for n in ("cache", "past_key_values")
@@ -174,10 +172,9 @@ class ReplayBuffer:
             row = dataclasses.replace(row, prompt=list(row.prompt), response=list(row.response))
             self.groups[row.prompt_id] = (group + [row])[-self.capacity:]  # a copy (callers reuse)
             self.fresh.add(row.prompt_id)
-        while len(self.groups) > self.max_prompts:
-            oldest = next(iter(self.groups))
+        while len(self.groups) > self.max_prompts:              # forget the least recently refreshed
+            self.fresh.discard(oldest := next(iter(self.groups)))
             del self.groups[oldest]
-            self.fresh.discard(oldest)
 
     def mark_sync(self) -> None:
         self.fresh.clear()
@@ -286,26 +283,11 @@ def searcher_step(policy, reference, tokenizer, task, problems: list, prompt_ids
                               pad_token_id=tokenizer.pad_token_id, **{CACHE: cache})
         eos, new = tokenizer.eos_token_id, out[:, ids.shape[1]:].tolist()  # (B*K, <= max_new)
         responses = [r[:r.index(eos) + 1] if eos in r else r for r in new]  # cut after 1st EOS
-        ref = sequence_logprobs(reference, prompts, responses, tokenizer.pad_token_id,
-                                s.temperature)
+        ref = sequence_logprobs(reference, prompts, responses, tokenizer.pad_token_id, s.temperature)
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     rewards = task.rewards([p for p in problems for _ in range(K)], texts)
     return [Row(prompt_ids[i // K], prompts[i // K], r, reward, lp, version)
             for i, (r, reward, lp) in enumerate(zip(responses, rewards, ref.tolist()))]
-
-
-def exit_with_trainer() -> None:
-    """End this searcher when the trainer process ends, however it ends: ``daemon=True`` and
-    ``finally`` act only when the trainer exits normally, and SIGKILL runs nothing there. A
-    thread waits on the trainer's sentinel (a pipe that reads EOF once the trainer has died),
-    then sends SIGTERM to our main thread, whose handler raises SystemExit so ``finally`` runs."""
-    def watch():
-        mp.parent_process().join()                                   # returns once it has died
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
-        time.sleep(5)                                                # stuck in C code: end anyway
-        os._exit(1)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def searcher_main(index: int, s: Settings, weights: SharedWeights, rows_out, room, stop) -> None:
@@ -315,7 +297,7 @@ def searcher_main(index: int, s: Settings, weights: SharedWeights, rows_out, roo
     from tba_lab.tasks.arithmetic import ArithmeticTask
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)                     # Ctrl-C is the trainer's
-    exit_with_trainer()                                              # and so is our lifetime
+    exit_with_parent()            # SIGTERM (ends us) once the trainer has died, SIGKILLed too
     torch.set_num_threads(1)
     torch.manual_seed(s.seed + 1000 * (index + 1))
     rng = random.Random(s.seed + 1000 * (index + 1))
@@ -364,8 +346,7 @@ def evaluate(policy, tokenizer, task, problems: list, max_new_tokens: int) -> fl
                         tokenizer.pad_token_id, left=True)
         with torch.no_grad():
             out = policy.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                  max_new_tokens=max_new_tokens,
-                                  pad_token_id=tokenizer.pad_token_id)
+                                  max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
         rewards += task.rewards(chunk, tokenizer.batch_decode(out[:, ids.shape[1]:],
                                                               skip_special_tokens=True))
     return sum(rewards) / len(rewards)
@@ -454,8 +435,7 @@ def main(argv=None) -> dict:
     if not 0 < args.minutes < math.inf or min(args.num_searchers, args.sync_period,
                                                   args.eval_size) < 1:  # NaN fails 0 < x too
         p.error("--minutes: finite and > 0; --num-searchers, --sync-period, --eval-size: >= 1")
-    # `kill PID`, a scheduler's time limit: unwind, so train's `finally` stops the searchers
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, raise_system_exit)  # `kill PID`: train's finally stops searchers
     out = train(dataclasses.replace(Settings(), **vars(args)))
     print(f"tb/async on arithmetic: held-out accuracy {100 * out['accuracy_before']:.1f}% -> "
           f"{100 * out['accuracy_after']:.1f}% in {out['trainer_steps']} updates, "

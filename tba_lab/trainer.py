@@ -7,7 +7,7 @@ What it does (Bartoldson et al., "Trajectory Balance with Asynchrony", arXiv 250
              baseline), 3. one optimizer update, 4. every k updates publish weights to the
              searchers, 5. now and then the held-out metrics.
 
-The same loop without anything else is :mod:`tba_lab.minimal` (one file, about 470 lines):
+The same loop without anything else is :mod:`tba_lab.minimal` (one file, about 450 lines):
 read it first. What this module and its imports add to it: resume from a checkpoint
 (:mod:`tba_lab.checkpoint`); failure handling (searchers restarted or retired, non-finite rows
 and updates dropped or skipped, Ctrl-C and SIGTERM saving everything); placement of threads,
